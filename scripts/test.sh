@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Sets everything up (scripts/setup.sh), starts Docker, lints, and runs the whole test suite
+# except tests marked `gpu`. Extra arguments go to pytest, e.g. `bash scripts/test.sh -k tools`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True
+if bash scripts/start-docker.sh; then
+  export SKYRL_REQUIRE_DOCKER=${SKYRL_REQUIRE_DOCKER:-${CI:+1}}
+else
+  echo "[test] no Docker daemon: tests marked 'docker' will be skipped" >&2
+fi
+echo "[test] ruff check + format"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+echo "[test] pytest"
+exec .venv/bin/python -m pytest -m "not gpu" "$@"

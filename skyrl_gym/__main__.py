@@ -1,0 +1,5 @@
+import sys
+
+from skyrl_gym.cli import main
+
+sys.exit(main())

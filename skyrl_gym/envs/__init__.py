@@ -1,0 +1,17 @@
+"""Built-in environments, registered by id when ``skyrl_gym`` is imported.
+
+Entry points are strings, so no env module is imported until the env is made.
+"""
+
+from skyrl_gym.registration import register
+
+
+def _register_builtins() -> None:
+    builtins: list[tuple[str, str, str]] = [
+        # (id, entry point, one-line description)
+    ]
+    for env_id, entry_point, description in builtins:
+        register(env_id, entry_point, description=description, source="builtin")
+
+
+_register_builtins()

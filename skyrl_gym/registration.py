@@ -1,0 +1,221 @@
+"""The env registry: ``register``, ``make``, ``spec``, ``deregister``, ``list_envs``.
+
+Ids map to entry points, given either as a callable or as a ``"package.module:Class"`` string
+that is imported only when the env is first made. Third-party packages add envs without any
+import through the entry-point group ``skyrl_gym.envs``::
+
+    [project.entry-points."skyrl_gym.envs"]
+    my_task = "my_pkg.env:MyTaskEnv"
+
+The registry is per process: code that builds envs in worker processes (Ray, multiprocessing)
+must register there too, or use a plugin entry point, which every process sees.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import re
+import threading
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyrl_gym.config import ConfigView
+from skyrl_gym.core import Env
+from skyrl_gym.errors import EnvNotFoundError, RegistrationError, did_you_mean
+
+__all__ = [
+    "EnvSpec",
+    "register",
+    "deregister",
+    "make",
+    "spec",
+    "list_envs",
+    "pprint_registry",
+    "registry",
+    "PLUGIN_GROUP",
+]
+
+PLUGIN_GROUP = "skyrl_gym.envs"
+_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_ENTRY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+@dataclass
+class EnvSpec:
+    """How to build one registered env."""
+
+    id: str
+    """The id passed to ``make``."""
+    entry_point: str | Callable[..., Env]
+    """A callable returning the env, or ``"package.module:Attr"``, imported lazily."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Default keyword arguments for the entry point; ``make``'s own kwargs override them."""
+    description: str | None = None
+    """One line for listings; defaults to the first line of the env class's docstring."""
+    source: str = "builtin"
+    """Where the registration came from: ``builtin``, ``user`` or ``plugin:<dist>``."""
+
+    def load(self) -> Callable[..., Env]:
+        """Import and return the entry point."""
+        if callable(self.entry_point):
+            return self.entry_point
+        module_name, _, attr = self.entry_point.partition(":")
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise RegistrationError(
+                f"env {self.id!r}: cannot import {module_name!r} for entry point "
+                f"{self.entry_point!r} ({exc}); is the package installed?"
+            ) from exc
+        for part in attr.split("."):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError as exc:
+                raise RegistrationError(
+                    f"env {self.id!r}: module {module_name!r} has no attribute {attr!r} "
+                    f"(entry point {self.entry_point!r})"
+                ) from exc
+        return obj
+
+    def make(self, **kwargs: Any) -> Env:
+        """Build the env with ``self.kwargs`` updated by ``kwargs``."""
+        return make(self, **kwargs)
+
+    def summary(self) -> str:
+        """One line describing the env."""
+        if self.description:
+            return self.description
+        if callable(self.entry_point) or self._imported():
+            doc = (getattr(self.load(), "__doc__", None) or "").strip()
+            if doc:
+                return doc.splitlines()[0]
+        return str(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point.__name__
+
+    def _imported(self) -> bool:
+        import sys
+
+        return isinstance(self.entry_point, str) and self.entry_point.partition(":")[0] in sys.modules
+
+
+registry: dict[str, EnvSpec] = {}
+_lock = threading.RLock()
+_plugins_loaded = False
+
+
+def register(
+    id: str,
+    entry_point: str | Callable[..., Env],
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    description: str | None = None,
+    source: str = "user",
+) -> EnvSpec:
+    """Register an env under ``id``. Raises :class:`RegistrationError` if the id is taken."""
+    if not isinstance(id, str) or not _ID_RE.match(id):
+        raise RegistrationError(
+            f"invalid env id {id!r}: use letters, digits, '_', '-' and '.', e.g. 'my_task-v1'"
+        )
+    if isinstance(entry_point, str):
+        if not _ENTRY_RE.match(entry_point):
+            raise RegistrationError(
+                f"entry point {entry_point!r} for env {id!r} must look like 'package.module:ClassName'"
+            )
+    elif not callable(entry_point):
+        raise RegistrationError(f"entry point for env {id!r} must be a callable or a 'module:Class' string")
+    with _lock:
+        if id in registry:
+            raise RegistrationError(
+                f"env id {id!r} is already registered (entry point {registry[id].entry_point!r}); "
+                "choose another id or call skyrl_gym.deregister first"
+            )
+        env_spec = EnvSpec(id, entry_point, dict(kwargs or {}), description, source)
+        registry[id] = env_spec
+    from skyrl_gym import gym_bridge
+
+    gym_bridge.register_gymnasium_id(id)
+    return env_spec
+
+
+def deregister(id: str) -> None:
+    """Remove ``id`` from the registry; raises :class:`EnvNotFoundError` if it is not there."""
+    with _lock:
+        spec(id)
+        del registry[id]
+    from skyrl_gym import gym_bridge
+
+    gym_bridge.deregister_gymnasium_id(id)
+
+
+def spec(id: str) -> EnvSpec:
+    """The :class:`EnvSpec` registered under ``id``, with a "did you mean" on typos."""
+    _load_plugins()
+    try:
+        return registry[id]
+    except KeyError:
+        known = sorted(registry)
+        hint = did_you_mean(id, known) or f" Registered envs: {', '.join(known) or 'none'}."
+        raise EnvNotFoundError(f"no env registered as {id!r}.{hint}") from None
+
+
+def list_envs() -> list[EnvSpec]:
+    """All registered specs, sorted by id."""
+    _load_plugins()
+    with _lock:
+        return [registry[k] for k in sorted(registry)]
+
+
+def pprint_registry() -> None:
+    """Print one line per registered env."""
+    for env_spec in list_envs():
+        print(f"{env_spec.id:24s} {env_spec.summary()}")
+
+
+def make(id: str | EnvSpec, **kwargs: Any) -> Env:
+    """Build a registered env: ``make("text2sql", env_config=cfg, extras=row)``.
+
+    The spec's default kwargs are updated with ``kwargs``. A plain-dict ``env_config`` is wrapped
+    in a :class:`~skyrl_gym.config.ConfigView`, so envs may read it as ``env_config.db_path``
+    (published envs do) or ``env_config["db_path"]``.
+    """
+    env_spec = id if isinstance(id, EnvSpec) else spec(id)
+    merged = {**env_spec.kwargs, **kwargs}
+    if "env_config" in merged:
+        merged["env_config"] = ConfigView.wrap(merged["env_config"])
+    creator = env_spec.load()
+    env = creator(**merged)
+    if not isinstance(env, Env):
+        raise RegistrationError(
+            f"entry point of env {env_spec.id!r} returned {type(env).__name__}, not an Env; "
+            "subclass skyrl_gym.BaseTextEnv"
+        )
+    env.spec = env_spec
+    env._make_kwargs = merged  # type: ignore[attr-defined]  # lets check_env build a twin
+    return env
+
+
+def _load_plugins() -> None:
+    """Register the envs that installed packages declare under ``skyrl_gym.envs`` (once)."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    with _lock:
+        if _plugins_loaded:
+            return
+        _plugins_loaded = True
+        for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+            if ep.name in registry:
+                if registry[ep.name].entry_point != ep.value:
+                    warnings.warn(
+                        f"plugin env {ep.name!r} ({ep.value}) clashes with an env already registered "
+                        f"({registry[ep.name].entry_point}); the plugin is ignored",
+                        stacklevel=3,
+                    )
+                continue
+            try:
+                dist = ep.dist.name if ep.dist is not None else "unknown"
+                register(ep.name, ep.value, source=f"plugin:{dist}")
+            except RegistrationError as exc:
+                warnings.warn(f"plugin env {ep.name!r} was not registered: {exc}", stacklevel=3)

@@ -1,0 +1,55 @@
+"""Small envs used by the core tests (not registered globally)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from skyrl_gym import BaseTextEnv, BaseTextEnvStepOutput, EnvExample
+
+
+class GuessEnv(BaseTextEnv):
+    """Guess a number in up to three turns; the answer goes in <guess>N</guess>."""
+
+    def __init__(self, env_config: Any = None, extras: dict | None = None) -> None:
+        super().__init__(env_config, extras)
+        self.max_turns = int((extras or {}).get("max_turns", 3))
+        self.target = int((extras or {}).get("target", 7))
+        self.guesses: list[int] = []
+
+    @classmethod
+    def example(cls) -> EnvExample:
+        return EnvExample(
+            extras={"target": 7, "max_turns": 3},
+            prompt=({"role": "user", "content": "Guess a number from 1 to 10 as <guess>N</guess>."},),
+            good_actions=("<guess>7</guess>",),
+        )
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        self.turns += 1
+        m = re.search(r"<guess>\s*(-?\d{1,9})\s*</guess>", action)
+        if m is None:
+            obs, reward, solved = "Answer with <guess>N</guess>.", 0.0, False
+            meta: dict[str, Any] = {"error": "format"}
+        else:
+            value = int(m.group(1))
+            self.guesses.append(value)
+            solved = value == self.target
+            reward = 1.0 if solved else 0.0
+            obs = "Correct." if solved else ("Higher." if value < self.target else "Lower.")
+            meta = {"guess": value}
+        done = solved or self.turns >= self.max_turns
+        truncated = done and not solved
+        return BaseTextEnvStepOutput(
+            observations=[{"role": "user", "content": obs}],
+            reward=reward,
+            done=done,
+            metadata=meta,
+            truncated=truncated,
+        )
+
+    def get_metrics(self) -> dict[str, Any]:
+        return {
+            "guesses": len(self.guesses),
+            "solved": bool(self.guesses and self.guesses[-1] == self.target),
+        }
