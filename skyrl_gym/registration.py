@@ -85,19 +85,18 @@ class EnvSpec:
         return make(self, **kwargs)
 
     def summary(self) -> str:
-        """One line describing the env."""
+        """One line describing the env: its description, else its docstring's first line.
+
+        Imports the entry point's module; if that fails, the line says why."""
         if self.description:
             return self.description
-        if callable(self.entry_point) or self._imported():
+        try:
             doc = (getattr(self.load(), "__doc__", None) or "").strip()
-            if doc:
-                return doc.splitlines()[0]
+        except RegistrationError as exc:
+            return f"(unavailable: {exc})"
+        if doc:
+            return doc.splitlines()[0]
         return str(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point.__name__
-
-    def _imported(self) -> bool:
-        import sys
-
-        return isinstance(self.entry_point, str) and self.entry_point.partition(":")[0] in sys.modules
 
 
 registry: dict[str, EnvSpec] = {}
