@@ -9,6 +9,12 @@ from skyrl_gym.registration import register
 def _register_builtins() -> None:
     builtins: list[tuple[str, str, str]] = [
         # (id, entry point, one-line description)
+        ("gsm8k", "skyrl_gym.envs.math.gsm8k:GSM8KEnv", "Grade-school math, one turn, answer after '####'"),
+        (
+            "gsm8k_multi_turn",
+            "skyrl_gym.envs.math.gsm8k:GSM8KMultiTurnEnv",
+            "Grade-school math with feedback and retries, per-turn reward",
+        ),
     ]
     for env_id, entry_point, description in builtins:
         register(env_id, entry_point, description=description, source="builtin")
