@@ -17,7 +17,14 @@ import ast
 import re
 from fractions import Fraction
 
-__all__ = ["answers_equal", "extract_boxed", "extract_gsm8k_answer", "parse_number", "normalize_answer"]
+__all__ = [
+    "answers_equal",
+    "extract_boxed",
+    "extract_gsm8k_answer",
+    "parse_number",
+    "normalize_answer",
+    "safe_eval",
+]
 
 _MAX_POWER = 64
 _MAX_LEN = 512
@@ -80,7 +87,7 @@ def _frac_to_slash(s: str) -> str:
     return s
 
 
-def _safe_eval(expr: str) -> Fraction | None:
+def safe_eval(expr: str) -> Fraction | None:
     """Evaluate +, -, *, /, ^ over exact numbers; ``None`` if ``expr`` is anything else."""
     try:
         tree = ast.parse(expr, mode="eval")
@@ -133,7 +140,7 @@ def parse_number(text: str) -> Fraction | None:
     s = re.sub(r"(\d(?:\.\d+)?)[eE]([+-]?\d+)", r"(\1*10**(\2))", s)
     if not s or not re.fullmatch(r"[\d\s.+\-*/()]+", s):
         return None
-    value = _safe_eval(s)
+    value = safe_eval(s)
     if value is None:
         return None
     return value / 100 if percent else value
