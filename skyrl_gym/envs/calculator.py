@@ -92,6 +92,7 @@ def generate_calculator_rows(n: int, *, split: str = "train", seed: int = 0) -> 
         rows.append(
             {
                 "id": f"calc-{split}-{seed}-{i:05d}",
+                "expr": expr,
                 "prompt": [
                     {"role": "system", "content": SYSTEM_PROMPT},
                     {"role": "user", "content": _EXAMPLE_Q},
@@ -132,8 +133,7 @@ class CalculatorEnv(BaseTextEnv):
     @classmethod
     def example(cls) -> EnvExample:
         row = generate_calculator_rows(1, split="test")[0]
-        expr = re.search(r"(\(?\d.*\d\)?)", row["prompt"][-1]["content"]).group(1)
-        call = json.dumps({"name": "calc", "arguments": {"expr": expr}})
+        call = json.dumps({"name": "calc", "arguments": {"expr": row["expr"]}})
         return EnvExample(
             extras={"reward_spec": row["reward_spec"]},
             prompt=tuple(row["prompt"]),
