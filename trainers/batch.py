@@ -37,6 +37,10 @@ class TrainBatch:
     """Total reward per trajectory."""
     group_ids_B: torch.Tensor
     """GRPO group of each trajectory (same prompt, same group)."""
+    advantages_BT: torch.Tensor | None = None
+    """Advantages per token, once computed (zero where ``mask_BT`` is 0)."""
+    old_logprobs_BT: torch.Tensor | None = None
+    """Logprobs under the policy before this step's first update (for several updates per batch)."""
 
     @property
     def num_tokens(self) -> int:
@@ -47,6 +51,10 @@ class TrainBatch:
         """The rows ``idx`` (for micro-batches), trimmed to their longest real sequence."""
         attn = self.attention_mask_BT[idx]
         t = int(attn.sum(dim=1).max()) if attn.numel() else 0
+
+        def cut(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x[idx][:, :t]
+
         return TrainBatch(
             input_ids_BT=self.input_ids_BT[idx][:, :t],
             attention_mask_BT=attn[:, :t],
@@ -57,6 +65,8 @@ class TrainBatch:
             token_rewards_BT=self.token_rewards_BT[idx][:, :t],
             rewards_B=self.rewards_B[idx],
             group_ids_B=self.group_ids_B[idx],
+            advantages_BT=cut(self.advantages_BT),
+            old_logprobs_BT=cut(self.old_logprobs_BT),
         )
 
 
