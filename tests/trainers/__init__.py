@@ -1,0 +1,1 @@
+"""Tests of the trainer algorithms, checked against values worked out by hand."""
