@@ -1,1 +1,0 @@
-"""Tests of the trainer algorithms, checked against values worked out by hand."""
