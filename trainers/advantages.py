@@ -20,6 +20,8 @@ Conventions:
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from skyrl_gym.errors import ConfigError
@@ -236,6 +238,7 @@ def reinforce_pp_advantages(
     mask_BT: torch.Tensor,
     *,
     gamma: float = 1.0,
+    discount: Literal["token", "turn"] = "token",
     whiten: bool = True,
     eps: float = 1e-6,
 ) -> AdvantageOutput:
@@ -248,8 +251,19 @@ def reinforce_pp_advantages(
     the reward, global whitening. Dropped: the paper's PPO-clip loss is chosen separately
     (:func:`trainers.losses.policy_loss`), and the ``REINFORCE++-baseline`` variant (group mean
     first) is not offered here.
+
+    ``discount="token"`` (the paper's) discounts once per generated token
+    (:func:`discounted_returns`); ``discount="turn"`` once per turn (:func:`turn_returns`), which
+    suits multi-turn agents, whose turns differ widely in length. With ``gamma = 1`` and rewards
+    only at each turn's last token the two agree; with per-token KL penalties in the rewards they
+    differ (``"turn"`` charges every token of a turn the whole turn's KL).
     """
-    returns_BT = discounted_returns(token_rewards_BT, mask_BT, gamma)  # B x T
+    if discount == "token":
+        returns_BT = discounted_returns(token_rewards_BT, mask_BT, gamma)  # B x T
+    elif discount == "turn":
+        returns_BT = turn_returns(token_rewards_BT, mask_BT, gamma)  # B x T
+    else:
+        raise ConfigError(f"unknown discount {discount!r}; choose 'token' or 'turn'")
     m_BT = as_mask(mask_BT, returns_BT)  # B x T
     advantages_BT = masked_whiten(returns_BT, m_BT, eps) if whiten else returns_BT.clone()  # B x T
     return AdvantageOutput(
@@ -319,6 +333,7 @@ def compute_advantages(
     kl_coef: float = 0.0,
     gamma: float = 1.0,
     lam: float = 1.0,
+    discount: Literal["token", "turn"] = "token",
     eps: float = 1e-6,
 ) -> AdvantageOutput:
     """The advantages of estimator ``name`` (an :class:`AdvantageEstimator` value).
@@ -327,7 +342,8 @@ def compute_advantages(
 
     - ``grpo``, ``dr_grpo``, ``rloo``: ``group_ids_B`` and ``rewards_B`` (when ``rewards_B`` is
       omitted, each sequence's reward is the sum of its ``token_rewards_BT``).
-    - ``reinforce_pp``: ``token_rewards_BT``; ``gamma``.
+    - ``reinforce_pp``: ``token_rewards_BT``; ``gamma`` applied per ``discount`` unit
+      (``"token"`` or ``"turn"``).
     - ``gae``: ``token_rewards_BT`` and ``values_BT``; ``gamma``, ``lam``.
 
     ``kl_BT`` with ``kl_coef > 0`` puts the KL penalty in the token rewards (token-level
@@ -362,7 +378,7 @@ def compute_advantages(
         case AdvantageEstimator.RLOO:
             return rloo_advantages(rewards_B, group_ids_B, mask_BT)
         case AdvantageEstimator.REINFORCE_PP:
-            return reinforce_pp_advantages(token_rewards_BT, mask_BT, gamma=gamma, eps=eps)
+            return reinforce_pp_advantages(token_rewards_BT, mask_BT, gamma=gamma, discount=discount, eps=eps)
         case AdvantageEstimator.GAE:
             values_BT = need(values_BT, "values_BT (the critic's value of each token)")
             return gae_advantages(token_rewards_BT, values_BT, mask_BT, gamma=gamma, lam=lam, eps=eps)

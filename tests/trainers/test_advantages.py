@@ -140,6 +140,22 @@ def test_turn_returns_discount_once_per_turn():
     torch.testing.assert_close(
         turn_returns(token_rewards_BT, mask_BT, gamma=1.0)[0], torch.tensor([3.5, 3.5, 0, 3, 0, 2])
     )
+    # per token instead, sequence 0 discounts inside the first turn too:
+    #   t5: 2; t3: 1 + 0.5*2 = 2; t1: 0.5 + 0.5*2 = 1.5; t0: 0 + 0.5*1.5 = 0.75
+    torch.testing.assert_close(
+        discounted_returns(token_rewards_BT, mask_BT, gamma=0.5)[0], torch.tensor([0.75, 1.5, 0, 2, 0, 2])
+    )
+    # REINFORCE++ takes either unit
+    for unit, expected_returns in (
+        ("turn", expected),
+        ("token", discounted_returns(token_rewards_BT, mask_BT, 0.5)),
+    ):
+        out = compute_advantages(
+            "reinforce_pp", mask_BT, token_rewards_BT=token_rewards_BT, gamma=0.5, discount=unit
+        )
+        torch.testing.assert_close(out.returns_BT, expected_returns)
+    with pytest.raises(ConfigError, match="unknown discount"):
+        reinforce_pp_advantages(token_rewards_BT, mask_BT, discount="step")
 
 
 def test_rewards_on_masked_positions_are_rejected():

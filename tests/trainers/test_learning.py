@@ -54,7 +54,7 @@ def sample(policy: Bigram, n: int, gen: torch.Generator) -> tuple[torch.Tensor, 
     return torch.stack(tokens, 1), torch.stack(inputs, 1)
 
 
-def train(estimator: str, loss_name: str, steps: int = 40) -> tuple[float, float]:
+def train(estimator: str, loss_name: str, steps: int = 25) -> tuple[float, float]:
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     policy = Bigram()
@@ -97,6 +97,15 @@ def train(estimator: str, loss_name: str, steps: int = 40) -> tuple[float, float
             opt.step()
         assert stats.num_tokens == groups * group_size * T
     return sum(rewards[:3]) / 3, sum(rewards[-5:]) / 5
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tensors this small gain nothing from threads, and lose a lot on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize(
