@@ -286,7 +286,9 @@ def gae_advantages(
 ) -> AdvantageOutput:
     """Generalized advantage estimation (Schulman et al. 2016) for PPO with a critic.
 
-    Over the trained tokens of each sequence, from the last back:
+    ``values_BT[:, t]`` is the critic's value of the state in which token ``t`` was generated
+    (read from the same position as the logits that predicted token ``t``). Over the trained
+    tokens of each sequence, from the last back:
     ``delta_t = r_t + gamma * V_next - V_t``, ``A_t = delta_t + gamma * lam * A_next``, where
     ``next`` is the next trained token (mask-0 observation tokens are skipped: they neither
     discount nor bootstrap; see ``docs/decisions/0003-masked-positions-in-returns-and-gae.md``).
