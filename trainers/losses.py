@@ -164,48 +164,51 @@ def _finish(
     old_BT: torch.Tensor,
     rollout_BT: torch.Tensor | None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
-    """Apply truncated importance sampling, reduce, and collect the stats."""
-    tis_weight_mean, tis_capped_frac, rollout_kl = 1.0, 0.0, None
+    """Apply truncated importance sampling, reduce, and collect the stats (one device sync)."""
     if config.truncated_is and rollout_BT is None:
         raise ConfigError(
             "PolicyLossConfig.truncated_is is on but rollout_logprobs_BT was not given: pass the "
             "inference engine's logprobs of the sampled tokens, or set truncated_is=False"
         )
-    if rollout_BT is not None:
-        with torch.no_grad():
+    with torch.no_grad():
+        extra: dict[str, torch.Tensor] = {}
+        if rollout_BT is not None:
             rollout_log_ratio_BT = old_BT - rollout_BT  # B x T, log(pi_old / pi_rollout)
             # k3 of KL(rollout || old) on tokens sampled by the rollout engine
             k3_BT = torch.expm1(rollout_log_ratio_BT) - rollout_log_ratio_BT  # B x T
-            rollout_kl = masked_mean(k3_BT, m_BT).item()
+            extra["rollout_kl"] = masked_mean(k3_BT, m_BT)
             if config.truncated_is:
                 raw_w_BT = rollout_log_ratio_BT.exp()  # B x T
                 w_BT = raw_w_BT.clamp(max=config.tis_cap)  # B x T
-                tis_weight_mean = masked_mean(w_BT, m_BT).item()
-                tis_capped_frac = masked_mean((raw_w_BT > config.tis_cap).to(m_BT.dtype), m_BT).item()
-        if config.truncated_is:
-            loss_BT = loss_BT * w_BT  # B x T, w_BT carries no gradient
+                extra["tis_weight_mean"] = masked_mean(w_BT, m_BT)
+                extra["tis_capped_frac"] = masked_mean((raw_w_BT > config.tis_cap).to(m_BT.dtype), m_BT)
+    if config.truncated_is:
+        loss_BT = loss_BT * w_BT  # B x T, w_BT carries no gradient
     loss = reduce_loss(loss_BT, m_BT, config.reduction, norm_constant=config.norm_constant)
     with torch.no_grad():
-        num_tokens = int(m_BT.sum().item())
-        frac = lambda flags_BT: masked_mean(flags_BT.to(m_BT.dtype), m_BT).item()  # noqa: E731
-        selected = ratio_BT.detach()[m_BT > 0]
+        on_BT = m_BT > 0  # B x T
+        r_BT = ratio_BT.detach()  # B x T
+        log_r_BT = token_log_ratio_BT.detach()  # B x T
         # k3 of KL(old || new): r = new/old on tokens sampled from old
-        approx_kl_BT = torch.expm1(token_log_ratio_BT.detach()) - token_log_ratio_BT.detach()  # B x T
-        stats = PolicyLossStats(
-            loss=loss.item(),
-            num_tokens=num_tokens,
-            clip_frac_low=frac(low_BT),
-            clip_frac_high=frac(high_BT),
-            dual_clip_frac=frac(dual_BT),
-            ratio_mean=selected.mean().item() if num_tokens else 1.0,
-            ratio_max=selected.max().item() if num_tokens else 1.0,
-            ratio_min=selected.min().item() if num_tokens else 1.0,
-            approx_kl=masked_mean(approx_kl_BT, m_BT).item(),
-            tis_weight_mean=tis_weight_mean,
-            tis_capped_frac=tis_capped_frac,
-            rollout_kl=rollout_kl,
-        )
-    return loss, stats
+        approx_kl_BT = torch.expm1(log_r_BT) - log_r_BT  # B x T
+        inf = torch.tensor(float("inf"), dtype=r_BT.dtype, device=r_BT.device)
+        named = {
+            "loss": loss.detach(),
+            "num_tokens": m_BT.sum(),
+            "clip_frac_low": masked_mean(low_BT.to(m_BT.dtype), m_BT),
+            "clip_frac_high": masked_mean(high_BT.to(m_BT.dtype), m_BT),
+            "dual_clip_frac": masked_mean(dual_BT.to(m_BT.dtype), m_BT),
+            "ratio_mean": masked_mean(r_BT, m_BT),
+            "ratio_max": torch.where(on_BT, r_BT, -inf).max(),
+            "ratio_min": torch.where(on_BT, r_BT, inf).min(),
+            "approx_kl": masked_mean(approx_kl_BT, m_BT),
+            **extra,
+        }
+        values = dict(zip(named, torch.stack([v.float() for v in named.values()]).tolist(), strict=True))
+    num_tokens = int(values.pop("num_tokens"))
+    if num_tokens == 0:
+        values.update(ratio_mean=1.0, ratio_max=1.0, ratio_min=1.0)
+    return loss, PolicyLossStats(num_tokens=num_tokens, **values)
 
 
 def ppo_clip_loss(

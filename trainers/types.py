@@ -239,10 +239,11 @@ class PolicyLossStats:
     num_tokens: int
     """Trained tokens."""
     clip_frac_low: float
-    """Fraction of tokens clipped at the lower bound with a negative advantage (their gradient
-    is zero for PPO/GSPO; their weight is truncated for CISPO)."""
+    """PPO/GSPO: fraction of tokens with a negative advantage and a ratio below the lower bound
+    (the clip removed their gradient). CISPO: fraction whose IS weight hit the lower bound."""
     clip_frac_high: float
-    """Fraction of tokens clipped at the upper bound with a positive advantage."""
+    """PPO/GSPO: fraction of tokens with a positive advantage and a ratio above the upper bound.
+    CISPO: fraction whose IS weight hit the upper bound."""
     dual_clip_frac: float
     """Fraction of tokens where the dual clip bound was active (PPO with ``dual_clip_c``)."""
     ratio_mean: float

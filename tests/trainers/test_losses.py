@@ -411,3 +411,14 @@ def test_entropy_bonus_loss_rewards_entropy():
     # token mean over (1, 2, 3) = 2; loss = -0.01 * 2 = -0.02
     assert loss.item() == pytest.approx(-0.02)
     assert stats.entropy_mean == pytest.approx(2.0) and stats.loss == pytest.approx(-0.02)
+
+
+@pytest.mark.parametrize("name", list(PolicyLossType))
+def test_a_batch_without_trained_tokens_gives_zero_loss_and_finite_stats(name):
+    logp_BT = leaf([[-1.0, -2.0], [-0.5, -0.1]])
+    loss, stats = policy_loss(name, logp_BT, torch.zeros(2, 2), torch.ones(2, 2), torch.zeros(2, 2))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.all(logp_BT.grad == 0)
+    assert stats.num_tokens == 0
+    assert (stats.ratio_mean, stats.ratio_max, stats.ratio_min) == (1.0, 1.0, 1.0)
+    assert all(math.isfinite(v) for v in stats.as_dict().values() if v is not None)
