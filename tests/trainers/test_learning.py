@@ -122,3 +122,16 @@ def test_policy_learns_the_rewarded_token(estimator, loss_name):
     first, last = train(estimator, loss_name)
     assert first < 0.3  # about 1/8 at the start
     assert last > 0.7, f"{estimator}/{loss_name}: mean reward {first:.2f} -> {last:.2f}"
+
+
+def test_the_readme_example_runs():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## RL algorithms as functions", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["adv"].stats.num_zero_adv_groups == 1  # the second group scored 0.5 twice
+    assert namespace["logprobs_BT"].grad is not None
