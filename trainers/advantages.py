@@ -112,11 +112,11 @@ def grpo_advantages(
 ) -> AdvantageOutput:
     """GRPO's group-relative advantage (Shao et al. 2024, DeepSeekMath), outcome supervision.
 
-    ``A_i = (r_i - mean_group) / (std_group + eps)`` with the unbiased (n - 1) std of the group, as
-    in DeepSeekMath's reference code. ``normalize_std=False`` is Dr. GRPO (Liu et al. 2025,
-    "Understanding R1-Zero-Like Training"), which drops the std division because it over-weights
-    groups that are nearly all right or all wrong; pair it with the ``seq_mean_token_sum_norm``
-    loss reduction to also drop the length normalization. Groups whose rewards are all equal
+    ``A_i = (r_i - mean_group) / (std_group + eps)`` with the unbiased (n - 1) std of the group
+    (torch's default, which common GRPO implementations use). ``normalize_std=False`` is Dr.
+    GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"), which drops the std division
+    because it over-weights groups that are nearly all right or all wrong; pair it with the
+    ``seq_mean_token_sum_norm`` loss reduction to also drop the length normalization. Groups whose rewards are all equal
     (one-member groups included) get exactly 0 and are counted in ``stats.num_zero_adv_groups``.
     Dropped: GRPO's process-supervision variant (per-step rewards).
     """
@@ -242,7 +242,8 @@ def reinforce_pp_advantages(
     whiten: bool = True,
     eps: float = 1e-6,
 ) -> AdvantageOutput:
-    """REINFORCE++ (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning LLMs").
+    """REINFORCE++ (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large
+    Language Models").
 
     The advantage of a token is its discounted return (:func:`discounted_returns`), with any KL
     penalty already subtracted from ``token_rewards_BT`` (see

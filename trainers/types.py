@@ -152,7 +152,8 @@ class PolicyLossConfig:
                 )
         if not 0 <= self.cispo_eps_low <= 1:
             raise ConfigError(
-                f"PolicyLossConfig.cispo_eps_low must be in [0, 1] (1 = no lower bound), got {self.cispo_eps_low}"
+                "PolicyLossConfig.cispo_eps_low must be in [0, 1] (1 = no lower bound), "
+                f"got {self.cispo_eps_low}"
             )
         if self.dual_clip_c is not None and self.dual_clip_c <= 1:
             raise ConfigError(f"PolicyLossConfig.dual_clip_c must be > 1 (e.g. 3.0), got {self.dual_clip_c}")
