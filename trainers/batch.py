@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from skyrl_agent.types import Trajectory
+if TYPE_CHECKING:
+    from skyrl_agent.types import Trajectory
 
 __all__ = ["TrainBatch", "collate"]
 

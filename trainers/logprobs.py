@@ -7,6 +7,8 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
+from trainers.losses import entropy_from_logits, token_logprobs_from_logits
+
 __all__ = ["token_logprobs", "autocast_context"]
 
 
@@ -27,19 +29,15 @@ def token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``logprobs_BT[b, t] = log p(input_ids[b, t] | input_ids[b, :t])`` (0 at ``t = 0``).
 
-    Computed in float32 from the logits (under bf16 autocast the matmuls run in bf16). With
-    ``with_entropy`` also returns the entropy of each position's next-token distribution,
-    aligned the same way. Gradients flow unless called under ``torch.no_grad``.
+    Computed in float32 from the logits, in chunks, never materializing ``B x T x V`` float32
+    buffers (under bf16 autocast the matmuls run in bf16). With ``with_entropy`` also returns
+    the entropy of each position's next-token distribution, aligned the same way. Gradients flow
+    unless called under ``torch.no_grad``.
     """
     with autocast_context(bf16, input_ids_BT.device):
         logits_BTV = model(input_ids=input_ids_BT, attention_mask=attention_mask_BT).logits
-    logits_BTV = logits_BTV[:, :-1].float()  # B x (T-1) x V: predicts tokens 1..T-1
-    targets_BT = input_ids_BT[:, 1:]  # B x (T-1)
-    logz_BT = torch.logsumexp(logits_BTV, dim=-1)  # B x (T-1)
-    picked_BT = logits_BTV.gather(-1, targets_BT.unsqueeze(-1)).squeeze(-1)  # B x (T-1)
-    logprobs_BT = F.pad(picked_BT - logz_BT, (1, 0))  # B x T, position 0 has no prediction
-    entropy_BT = None
-    if with_entropy:
-        probs_BTV = torch.softmax(logits_BTV, dim=-1)
-        entropy_BT = F.pad(logz_BT - (probs_BTV * logits_BTV).sum(-1), (1, 0))  # B x T
+    logits_BTV = logits_BTV[:, :-1]  # B x (T-1) x V: predicts tokens 1..T-1
+    picked_BT = token_logprobs_from_logits(logits_BTV, input_ids_BT[:, 1:])  # B x (T-1), float32
+    logprobs_BT = F.pad(picked_BT, (1, 0))  # B x T, position 0 has no prediction
+    entropy_BT = F.pad(entropy_from_logits(logits_BTV), (1, 0)) if with_entropy else None  # B x T
     return logprobs_BT, entropy_BT
