@@ -39,9 +39,10 @@ def _call(fn: Callable[[], Any]) -> Outcome:
         return Outcome("error", exception=exc)
 
 
-def run_sync(fn: Callable[[], Any], timeout: float | None) -> Outcome:
-    """Run ``fn`` (sync) and wait at most ``timeout`` seconds (None: inline, no deadline)."""
-    if timeout is None:
+def run_sync(fn: Callable[[], Any], timeout: float | None, *, in_thread: bool = False) -> Outcome:
+    """Run ``fn`` (sync) and wait at most ``timeout`` seconds. With ``timeout=None`` it runs inline
+    (no deadline), unless ``in_thread`` asks for a worker thread anyway."""
+    if timeout is None and not in_thread:
         return _call(fn)
     box: list[Outcome] = []
     done = threading.Event()
@@ -68,10 +69,11 @@ def run_async(factory: Callable[[], Awaitable[Any]], timeout: float | None) -> O
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return _call(lambda: asyncio.run(arun_async(factory, timeout)))
-    # A running loop in this thread: it cannot be re-entered, so use another thread.
-    outer = None if timeout is None else timeout + CANCEL_GRACE_S + 1.0
-    outcome = run_sync(lambda: asyncio.run(arun_async(factory, timeout)), outer)
+        outcome = _call(lambda: asyncio.run(arun_async(factory, timeout)))
+    else:
+        # A running loop in this thread cannot be re-entered: use a fresh loop in another thread.
+        outer = None if timeout is None else timeout + CANCEL_GRACE_S + 1.0
+        outcome = run_sync(lambda: asyncio.run(arun_async(factory, timeout)), outer, in_thread=True)
     return outcome.value if outcome.status == "ok" else outcome
 
 

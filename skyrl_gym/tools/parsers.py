@@ -175,6 +175,16 @@ class HermesParser:
                     )
                 )
                 continue
+            if value == []:
+                errors.append(
+                    ParseError(
+                        f"The tool call holds an empty list. {self.hint}",
+                        raw=_clip(body),
+                        id=ids.next(),
+                        position=start,
+                    )
+                )
+                continue
             items = value if isinstance(value, list) else [value]
             for k, item in enumerate(items):
                 call_id = ids.next()
