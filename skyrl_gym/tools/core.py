@@ -30,7 +30,6 @@ strict mode (``@tool(strict=True)``, :func:`set_strict`, or ``SKYRL_TOOLS_STRICT
 
 from __future__ import annotations
 
-import copy
 import inspect
 import os
 import re
@@ -131,6 +130,7 @@ class Tool:
         self._timeout = timeout
         self.is_async: bool = inspect.iscoroutinefunction(func)
         self._owner: Any = None
+        self._attr: str | None = None
         self.__doc__ = func.__doc__
         self.__name__ = getattr(func, "__name__", tool_name)
         self.__qualname__ = getattr(func, "__qualname__", tool_name)
@@ -166,6 +166,16 @@ class Tool:
         return f"<Tool {self.name!r}{bound}>"
 
     # ------------------------------------------------------------------ binding (descriptor)
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attr = name
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Pickle by reference (envs and tool groups cross process boundaries): a bound tool is
+        # looked up again on its (pickled) owner, a module-level tool by its import path.
+        if self._owner is not None and self._attr is not None:
+            return getattr, (self._owner, self._attr)
+        return _import_tool, (self.__module__, self.__qualname__)
+
     def __get__(self, instance: Any, owner: type | None = None) -> Tool:
         if self._kind == "class":
             target = owner if owner is not None else type(instance)
@@ -175,7 +185,8 @@ class Tool:
             return self
         if target is None:
             return self
-        bound = copy.copy(self)
+        bound = object.__new__(type(self))
+        bound.__dict__.update(self.__dict__)
         bound._owner = target
         return bound
 
@@ -221,6 +232,17 @@ class Tool:
         if inspect.isawaitable(result):
             return await result
         return result
+
+
+def _import_tool(module: str, qualname: str) -> Tool:
+    import importlib
+
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = inspect.getattr_static(obj, part) if inspect.isclass(obj) else getattr(obj, part)
+    if not isinstance(obj, Tool):
+        raise TypeError(f"{module}.{qualname} is not a @tool (it cannot be unpickled)")
+    return obj
 
 
 def tool(

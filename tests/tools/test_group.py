@@ -181,3 +181,32 @@ def test_class_body_detection():
 
     assert tools_core._defined_in_class(K.m)
     assert not tools_core._defined_in_class(local)
+
+
+@tool
+def module_level_add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+class PicklableGroup(ToolGroup):
+    def __init__(self) -> None:
+        super().__init__(name="p", tools=[module_level_add])
+        self.count = 0
+
+    @tool
+    def bump(self) -> int:
+        self.count += 1
+        return self.count
+
+
+def test_tools_and_groups_pickle_by_reference():
+    import pickle
+
+    g = PicklableGroup()
+    g.run_tool("bump", {})
+    copy = pickle.loads(pickle.dumps(g))
+    assert copy.get_tool_names() == ["bump", "module_level_add"]
+    assert copy.run_tool("bump", {}) == 2 and g.count == 1  # bound to the copy, not the original
+    assert copy.run_tool("module_level_add", {"a": 1, "b": 2}) == 3
+    assert pickle.loads(pickle.dumps(module_level_add)) is module_level_add
