@@ -30,7 +30,7 @@ from typing import Any
 
 import pydantic
 
-from skyrl_gym.errors import ToolDefinitionError, did_you_mean
+from skyrl_gym.errors import ConfigError, ToolDefinitionError, did_you_mean
 from skyrl_gym.tools import _run
 from skyrl_gym.tools._schema import ArgumentsError, describe_parameters
 from skyrl_gym.tools.core import Tool, ToolGroup
@@ -131,13 +131,9 @@ class ToolExecutor:
         max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS,
     ) -> None:
         if timeout is not None and not timeout > 0:
-            raise ToolDefinitionError(
-                f"timeout must be a positive number of seconds or None, got {timeout!r}"
-            )
+            raise ConfigError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
         if max_observation_chars < 100:
-            raise ToolDefinitionError(
-                f"max_observation_chars must be at least 100, got {max_observation_chars}"
-            )
+            raise ConfigError(f"max_observation_chars must be at least 100, got {max_observation_chars}")
         self.timeout = timeout
         self.max_observation_chars = max_observation_chars
         self._tools: dict[str, Tool] = {}

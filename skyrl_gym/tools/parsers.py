@@ -92,6 +92,23 @@ def _decode_json(text: str) -> tuple[Any, str | None]:
     return value, None
 
 
+def _decode_until(text: str, start: int, close_tag: str) -> tuple[Any, int] | None:
+    """Decode the JSON value at ``text[start:]`` if ``close_tag`` follows it; return the value and
+    the position after the tag, or None."""
+    i = start
+    while i < len(text) and text[i].isspace():
+        i += 1
+    try:
+        value, end = _DECODER.raw_decode(text, i)
+    except Exception:  # noqa: BLE001 - not decodable this way either
+        return None
+    while end < len(text) and text[end].isspace():
+        end += 1
+    if not text.startswith(close_tag, end):
+        return None
+    return value, end + len(close_tag)
+
+
 def _decode_arguments(arguments: Any) -> tuple[dict[str, Any] | None, str | None]:
     """``arguments`` as a dict: a dict as is, a JSON string decoded, None or "" as ``{}``."""
     if arguments is None:
@@ -164,6 +181,12 @@ class HermesParser:
                 end = reopen if reopen >= 0 else len(text)
                 body, pos = text[body_start:end], end
             value, reason = _decode_json(body)
+            if reason is not None and closed:
+                # The closing tag may sit inside a JSON string (code that prints "</tool_call>"):
+                # read one JSON value from the block's start and expect the closing tag after it.
+                found = _decode_until(text, body_start, self.close_tag)
+                if found is not None:
+                    (value, pos), reason = found, None
             if reason is not None:
                 where = "" if closed else f" (and the block is not closed with {self.close_tag})"
                 errors.append(

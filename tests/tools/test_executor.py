@@ -319,8 +319,10 @@ def test_executor_rejects_developer_mistakes():
         ToolExecutor([Calc(), add])
     with pytest.raises(ToolDefinitionError, match="ToolGroups and @tool functions"):
         ToolExecutor(["add"])
-    with pytest.raises(ToolDefinitionError, match="timeout"):
+    with pytest.raises(ConfigError, match="timeout"):
         ToolExecutor([], timeout=-1)
+    with pytest.raises(ConfigError, match="max_observation_chars"):
+        ToolExecutor([], max_observation_chars=10)
     with pytest.raises(ConfigError, match="Did you mean 'hermes'"):
         call_tools([], "x", parser="hermse")
 

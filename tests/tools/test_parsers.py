@@ -103,6 +103,16 @@ def test_hermes_mixture_of_good_and_broken_calls_keeps_order_and_ids():
     assert [e.id for e in result.errors] == ["call_1"]
 
 
+def test_hermes_closing_tag_inside_a_json_string():
+    text = (
+        '<tool_call>{"name": "py", "arguments": {"code": "print(\'</tool_call>\')"}}</tool_call>'
+        '<tool_call>{"name": "b", "arguments": {}}</tool_call>'
+    )
+    result = HermesParser().parse(text)
+    assert result.errors == ()
+    assert calls_of(result) == [("py", {"code": "print('</tool_call>')"}), ("b", {})]
+
+
 # ------------------------------------------------------------------------------ XML tags
 def test_xml_tags_map_to_tool_and_argument():
     parser = get_parser("xml", tags={"sql": ("run_sql", "query"), "python": ("run_python", "code")})
