@@ -19,6 +19,7 @@ Inside an env, ``BaseTextEnv.call_tools(action)`` does the same against ``self.t
 
 from skyrl_gym.tools.core import STRICT_ENV_VAR, Tool, ToolGroup, is_strict, set_strict, tool
 from skyrl_gym.tools.executor import (
+    DEFAULT_MAX_CALLS,
     DEFAULT_MAX_OBSERVATION_CHARS,
     DEFAULT_TIMEOUT_S,
     ToolExecutor,
@@ -47,6 +48,7 @@ from skyrl_gym.tools.types import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_CALLS",
     "DEFAULT_MAX_OBSERVATION_CHARS",
     "DEFAULT_TIMEOUT_S",
     "STRICT_ENV_VAR",

@@ -52,12 +52,15 @@ __all__ = [
     "truncate_middle",
     "DEFAULT_TIMEOUT_S",
     "DEFAULT_MAX_OBSERVATION_CHARS",
+    "DEFAULT_MAX_CALLS",
 ]
 
 DEFAULT_TIMEOUT_S = 30.0
 """Per-call deadline for tools that do not set their own."""
 DEFAULT_MAX_OBSERVATION_CHARS = 16_000
 """Observations longer than this are cut in the middle."""
+DEFAULT_MAX_CALLS = 32
+"""Calls (and broken calls) beyond this many in one turn are not run."""
 
 
 def truncate_middle(text: str, limit: int) -> tuple[str, bool]:
@@ -121,6 +124,9 @@ class ToolExecutor:
         timeout: Deadline in seconds for tools that set none (None: no deadline).
         max_observation_chars: Longer observations (outputs and error messages) are cut in
             the middle with a marker.
+        max_calls: At most this many calls (and broken calls) of one turn are handled; the rest
+            are answered by a single ``too_many_calls`` result, so a degenerate turn with
+            thousands of calls costs neither hours of tool time nor a giant observation.
     """
 
     def __init__(
@@ -129,13 +135,17 @@ class ToolExecutor:
         *,
         timeout: float | None = DEFAULT_TIMEOUT_S,
         max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS,
+        max_calls: int = DEFAULT_MAX_CALLS,
     ) -> None:
+        if max_calls < 1:
+            raise ConfigError(f"max_calls must be at least 1, got {max_calls}")
         if timeout is not None and not timeout > 0:
             raise ConfigError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
         if max_observation_chars < 100:
             raise ConfigError(f"max_observation_chars must be at least 100, got {max_observation_chars}")
         self.timeout = timeout
         self.max_observation_chars = max_observation_chars
+        self.max_calls = max_calls
         self._tools: dict[str, Tool] = {}
         self._origin: dict[str, str] = {}
         for item in tools:
@@ -172,13 +182,14 @@ class ToolExecutor:
         context: ToolContext | None = None,
     ) -> list[ToolResult]:
         """Run the calls one after another, in turn order; one result per call or parse error."""
+        items, overflow = self._split(calls)
         results = []
-        for item in _ordered(calls):
+        for item in items:
             try:
                 results.append(self._execute_one(item, context))
             except Exception as exc:  # noqa: BLE001 - last line of defence: never raise
                 results.append(self._internal_error(item, exc))
-        return results
+        return results + overflow
 
     def _execute_one(self, item: ToolCall | ParseError, context: ToolContext | None) -> ToolResult:
         prepared = self._prepare(item, context)
@@ -200,13 +211,14 @@ class ToolExecutor:
     ) -> list[ToolResult]:
         """Async :meth:`execute`: async tools are awaited (cancelled at the deadline), sync tools
         with a deadline run in a worker thread so the event loop is never blocked."""
+        items, overflow = self._split(calls)
         results = []
-        for item in _ordered(calls):
+        for item in items:
             try:
                 results.append(await self._aexecute_one(item, context))
             except Exception as exc:  # noqa: BLE001
                 results.append(self._internal_error(item, exc))
-        return results
+        return results + overflow
 
     async def _aexecute_one(self, item: ToolCall | ParseError, context: ToolContext | None) -> ToolResult:
         prepared = self._prepare(item, context)
@@ -221,6 +233,22 @@ class ToolExecutor:
         return self._finish(item, tool, outcome, timeout, time.perf_counter() - started)
 
     # ------------------------------------------------------------------ shared steps
+    def _split(
+        self, calls: ParseResult | Iterable[ToolCall | ParseError] | ToolCall
+    ) -> tuple[list[ToolCall | ParseError], list[ToolResult]]:
+        """The items to run, in turn order, and the result that answers the ones over the cap."""
+        items = _ordered(calls)
+        if len(items) <= self.max_calls:
+            return items, []
+        first_dropped = items[self.max_calls]
+        msg = (
+            f"This turn has {len(items)} tool calls; only the first {self.max_calls} were handled "
+            f"and the rest were not run. Make at most {self.max_calls} tool calls per turn."
+        )
+        name = first_dropped.name if isinstance(first_dropped.name, str) else ""
+        overflow = self._result(first_dropped.id, name or "", msg, ErrorKind.TOO_MANY_CALLS)
+        return items[: self.max_calls], [overflow]
+
     def _result(
         self, call_id: str, name: str, content: str, error: ErrorKind | None, **kw: Any
     ) -> ToolResult:
@@ -307,12 +335,15 @@ def call_tools(
     context: ToolContext | None = None,
     timeout: float | None = DEFAULT_TIMEOUT_S,
     max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS,
+    max_calls: int = DEFAULT_MAX_CALLS,
 ) -> list[ToolResult]:
     """Parse ``action`` with ``parser`` (a registered name or a parser) and run the calls.
 
     Returns one result per call or broken call (empty when the turn has none). Raises only for
     the developer's mistakes (an unknown parser name, duplicate tool names)."""
-    executor = ToolExecutor(tools, timeout=timeout, max_observation_chars=max_observation_chars)
+    executor = ToolExecutor(
+        tools, timeout=timeout, max_observation_chars=max_observation_chars, max_calls=max_calls
+    )
     return executor.execute(_resolve_parser(parser).parse(action), context)
 
 
@@ -324,7 +355,10 @@ async def acall_tools(
     context: ToolContext | None = None,
     timeout: float | None = DEFAULT_TIMEOUT_S,
     max_observation_chars: int = DEFAULT_MAX_OBSERVATION_CHARS,
+    max_calls: int = DEFAULT_MAX_CALLS,
 ) -> list[ToolResult]:
     """Async :func:`call_tools`."""
-    executor = ToolExecutor(tools, timeout=timeout, max_observation_chars=max_observation_chars)
+    executor = ToolExecutor(
+        tools, timeout=timeout, max_observation_chars=max_observation_chars, max_calls=max_calls
+    )
     return await executor.aexecute(_resolve_parser(parser).parse(action), context)

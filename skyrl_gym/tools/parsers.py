@@ -125,6 +125,23 @@ def _decode_arguments(arguments: Any) -> tuple[dict[str, Any] | None, str | None
     return None, f'"arguments" must be a JSON object of parameter values, got {type(arguments).__name__}'
 
 
+class _Finder:
+    """The first ``needle`` at or after a position, for non-decreasing positions: linear time in
+    total, so a degenerate turn (``<tool_call>`` repeated 100,000 times) parses quickly."""
+
+    def __init__(self, text: str, needle: str) -> None:
+        self.text, self.needle = text, needle
+        self.at, self.since = -2, 0
+
+    def find(self, start: int) -> int:
+        if self.at == -1 and start >= self.since:
+            return -1
+        if self.at >= start:
+            return self.at
+        self.since, self.at = start, self.text.find(self.needle, start)
+        return self.at
+
+
 class _Ids:
     """Hands out ``call_0``, ``call_1``... in turn order."""
 
@@ -166,14 +183,15 @@ class HermesParser:
         calls: list[ToolCall] = []
         errors: list[ParseError] = []
         ids = _Ids()
+        opens, closes = _Finder(text, self.open_tag), _Finder(text, self.close_tag)
         pos = 0
         while True:
-            start = text.find(self.open_tag, pos)
+            start = opens.find(pos)
             if start < 0:
                 break
             body_start = start + len(self.open_tag)
-            close = text.find(self.close_tag, body_start)
-            reopen = text.find(self.open_tag, body_start)
+            close = closes.find(body_start)
+            reopen = opens.find(body_start)
             closed = close >= 0 and (reopen < 0 or close < reopen)
             if closed:
                 body, pos = text[body_start:close], close + len(self.close_tag)
@@ -461,12 +479,13 @@ class FunctionTagParser:
         calls: list[ToolCall] = []
         errors: list[ParseError] = []
         ids = _Ids()
+        closes = _Finder(text, "</function>")
         pos = 0
         while True:
             m = _FUNC_OPEN.search(text, pos)
             if m is None:
                 break
-            close = text.find("</function>", m.end())
+            close = closes.find(m.end())
             nxt = _FUNC_OPEN.search(text, m.end())
             if close >= 0 and (nxt is None or close < nxt.start()):
                 body, pos = text[m.end() : close], close + len("</function>")
@@ -507,12 +526,13 @@ class FunctionTagParser:
     @staticmethod
     def _read_parameters(body: str) -> tuple[dict[str, Any], str | None]:
         arguments: dict[str, Any] = {}
+        closes = _Finder(body, "</parameter>")
         pos = 0
         while True:
             m = _PARAM_OPEN.search(body, pos)
             if m is None:
                 return arguments, None
-            close = body.find("</parameter>", m.end())
+            close = closes.find(m.end())
             nxt = _PARAM_OPEN.search(body, m.end())
             if close >= 0 and (nxt is None or close < nxt.start()):
                 value, pos = body[m.end() : close], close + len("</parameter>")

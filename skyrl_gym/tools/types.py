@@ -43,6 +43,8 @@ class ErrorKind(StrEnum):
     """The tool ran and raised an exception."""
     TIMEOUT = "timeout"
     """The tool did not finish within its deadline."""
+    TOO_MANY_CALLS = "too_many_calls"
+    """The turn held more calls than the executor runs per turn; the rest were not run."""
 
 
 class ToolSchemaWarning(UserWarning):

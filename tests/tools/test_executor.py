@@ -327,6 +327,26 @@ def test_executor_rejects_developer_mistakes():
         call_tools([], "x", parser="hermse")
 
 
+def test_too_many_calls_in_one_turn_are_cut_to_one_result(calc):
+    text = hermes(*['{"name": "add", "arguments": {"a": 1, "b": 1}}'] * 5) + "<tool_call>{oops</tool_call>"
+    results = call_tools([calc], text, max_calls=3)
+    assert [r.error for r in results] == [None, None, None, ErrorKind.TOO_MANY_CALLS]
+    assert results[3].id == "call_3" and results[3].name == "add"
+    assert results[3].content == (
+        "This turn has 6 tool calls; only the first 3 were handled and the rest were not run. "
+        "Make at most 3 tool calls per turn."
+    )
+    with pytest.raises(ConfigError, match="max_calls"):
+        ToolExecutor([calc], max_calls=0)
+
+
+def test_degenerate_repetition_stays_bounded(calc):
+    results = run(calc, "<tool_call>" * 200_000)  # parsed in linear time, answered in 33 results
+    assert len(results) == 33
+    assert {r.error for r in results[:32]} == {ErrorKind.PARSE_ERROR}
+    assert results[32].error is ErrorKind.TOO_MANY_CALLS and "has 200000 tool calls" in results[32].content
+
+
 def test_parse_errors_and_calls_can_be_passed_directly():
     results = ToolExecutor([]).execute(
         [ParseError("bad", id="x", position=5), ToolCall(name="a", id="y", position=1)]

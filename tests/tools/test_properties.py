@@ -95,8 +95,15 @@ def hermes_turns(draw) -> str:
 
 @st.composite
 def huge_turns(draw) -> str:
-    n = draw(st.integers(10_000, 400_000))
-    kind = draw(st.sampled_from(["hermes", "sql", "function", "nested", "nul"]))
+    n = draw(st.integers(10_000, 200_000))
+    kind = draw(st.sampled_from(["hermes", "sql", "function", "nested", "nul", "repeat"]))
+    if kind == "repeat":  # degenerate repetition of a tag or a call
+        unit = draw(
+            st.sampled_from(
+                FRAGMENTS + ['<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>']
+            )
+        )
+        return unit * (n // max(1, len(unit)))
     if kind == "hermes":
         return json.dumps({"name": "echo", "arguments": {"text": "x" * n, "times": 3}}).join(
             ["<tool_call>", "</tool_call>"]
@@ -139,7 +146,8 @@ turns = st.one_of(
 
 
 def check_results(results: list[ToolResult], parsed: ParseResult) -> None:
-    assert len(results) == len(parsed.calls) + len(parsed.errors)
+    found = len(parsed.calls) + len(parsed.errors)
+    assert len(results) == (found if found <= EXECUTOR.max_calls else EXECUTOR.max_calls + 1)
     for r in results:
         assert isinstance(r, ToolResult) and isinstance(r.content, str) and len(r.content) <= CAP
         assert r.error is None or isinstance(r.error, ErrorKind)
