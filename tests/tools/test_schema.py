@@ -375,3 +375,62 @@ def test_no_warnings_for_a_fully_annotated_tool():
             return ""
 
     assert fine.name == "fine"
+
+
+FUTURE_MODULE = '''
+from __future__ import annotations
+import dataclasses
+from typing import Literal
+from skyrl_gym.tools import ToolContext, ToolGroup, tool
+
+@dataclasses.dataclass
+class Q:
+    text: str
+    k: int = 3
+
+class Search(ToolGroup):
+    def __init__(self):
+        super().__init__("search")
+
+    @tool(strict=True)
+    def search(self, q: Q, mode: Literal["bm25", "dense"] = "bm25", *, ctx: ToolContext | None = None) -> list:
+        """Search the corpus.
+
+        Args:
+            q: The query.
+        """
+        return [q.text] * q.k + [mode, ctx.env]
+
+def make_local():
+    class Local:
+        pass
+
+    @tool
+    def f(x: Local) -> str:
+        return ""
+'''
+
+
+def test_string_annotations_from_future_import(tmp_path, monkeypatch):
+    import importlib
+    import sys
+
+    (tmp_path / "future_tools_mod.py").write_text(FUTURE_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("future_tools_mod")
+    try:
+        group = mod.Search()
+        assert group.tool_specs()[0]["function"]["parameters"]["properties"]["q"] == {
+            "$ref": "#/$defs/Q",
+            "description": "The query.",
+        }
+        assert group.run_tool("search", {"q": {"text": "hi", "k": "2"}}, ToolContext(env="E")) == [
+            "hi",
+            "hi",
+            "bm25",
+            "E",
+        ]
+        with pytest.raises(ToolDefinitionError, match="'Local' of parameter 'x' cannot be resolved"):
+            mod.make_local()
+    finally:
+        sys.modules.pop("future_tools_mod", None)
