@@ -47,7 +47,6 @@ _PHRASINGS = (
     "Use the calculator to find {e}.",
     "What does {e} evaluate to?",
 )
-_TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _ANSWER_RE = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 _MAX_EXPR = 200
 
@@ -65,11 +64,11 @@ class CalculatorTools(ToolGroup):
         Args:
             expr: The expression, e.g. "37 * 12 + 5".
         """
-        if not isinstance(expr, str) or len(expr) > _MAX_EXPR:
-            return "error: expr must be a string of at most 200 characters"
+        if len(expr) > _MAX_EXPR:
+            raise ValueError(f"expr must be at most {_MAX_EXPR} characters")
         value = safe_eval(expr)
         if value is None:
-            return "error: not an arithmetic expression"
+            raise ValueError("not an arithmetic expression (use numbers, + - * / ** and parentheses)")
         return str(value.numerator) if value.denominator == 1 else f"{float(value):.6g}"
 
 
@@ -143,55 +142,30 @@ class CalculatorEnv(BaseTextEnv):
             ),
         )
 
-    def _parse_call(self, action: str) -> tuple[str | None, str | None]:
-        """(expression, error message) from the first tool call in ``action``."""
-        m = _TOOL_CALL_RE.search(action)
-        if m is None:
-            return None, None
-        try:
-            call = json.loads(m.group(1))
-        except (json.JSONDecodeError, RecursionError):
-            return None, "error: the tool call is not valid JSON"
-        if not isinstance(call, dict) or call.get("name") != "calc":
-            return None, 'error: unknown tool; the only tool is "calc"'
-        args = call.get("arguments")
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except (json.JSONDecodeError, RecursionError):
-                args = None
-        if not isinstance(args, dict) or not isinstance(args.get("expr"), str):
-            return None, 'error: calc needs {"expr": "<expression>"}'
-        return args["expr"], None
-
     def step(self, action: str) -> BaseTextEnvStepOutput:
         self.turns += 1
-        reward = 0.0
-        meta: dict[str, Any] = {}
         answer = _ANSWER_RE.search(action)
         if answer is not None:
             self.answered = True
             self.correct = answers_equal(answer.group(1), self.ground_truth)
-            reward += self.answer_reward if self.correct else 0.0
-            meta["answer"] = answer.group(1)[:100]
+            reward = self.answer_reward if self.correct else 0.0
+            meta = {"answer": answer.group(1)[:100]}
             return BaseTextEnvStepOutput(
                 observations=[], reward=reward, done=True, metadata=meta, truncated=False
             )
-        expr, error = self._parse_call(action)
-        if expr is not None:
-            result = self.tools.calc(expr)
-            if not self.called and not result.startswith("error"):
-                reward += self.call_reward
-                self.called = True
-            content = f"<tool_response>{result}</tool_response>"
-            meta["tool_call"] = {"name": "calc", "expr": expr[:200]}
+        # the calculator is instant and pure: run it on this thread (no deadline thread needed)
+        results = self.call_tools(action, "hermes", timeout=None)[:1]
+        reward = 0.0
+        meta: dict[str, Any] = {}
+        if results:
+            result = results[0]
+            meta["tool_call"] = {"name": result.name, "error": result.error}
+            if result.ok and not self.called:
+                reward, self.called = self.call_reward, True
+            content = f"<tool_response>{result.content}</tool_response>"
         else:
-            meta["error"] = "parse_error" if error else "no_tool_call"
-            content = (
-                f"<tool_response>{error}</tool_response>"
-                if error
-                else ("Reply with a <tool_call> or an <answer>.")
-            )
+            meta["error"] = "no_tool_call"
+            content = "Reply with a <tool_call> or an <answer>."
         done = self.turns >= self.max_turns
         return BaseTextEnvStepOutput(
             observations=[] if done else [{"role": "user", "content": content}],

@@ -25,19 +25,21 @@ def test_solved_episode_scores_one():
 
 
 @pytest.mark.parametrize(
-    "action, error",
+    "action, kind, text",
     [
-        ("<tool_call>{not json</tool_call>", "not valid JSON"),
-        ('<tool_call>{"name": "sqrt", "arguments": {"expr": "4"}}</tool_call>', "unknown tool"),
-        ('<tool_call>{"name": "calc", "arguments": {"x": "4"}}</tool_call>', "calc needs"),
-        (call("import os"), "not an arithmetic expression"),
-        (call("9**9**9**9"), "not an arithmetic expression"),
+        ("<tool_call>{not json</tool_call>", "parse_error", "invalid JSON"),
+        ('<tool_call>{"name": "sqrt", "arguments": {"expr": "4"}}</tool_call>', "unknown_tool", "calc"),
+        ('<tool_call>{"name": "calc", "arguments": {"x": "4"}}</tool_call>', "invalid_arguments", "expr"),
+        (call("import os"), "tool_error", "not an arithmetic expression"),
+        (call("9**9**9**9"), "tool_error", "not an arithmetic expression"),
+        (call("1+" * 150 + "1"), "tool_error", "at most 200 characters"),
     ],
 )
-def test_model_mistakes_become_observations(action, error):
+def test_model_mistakes_become_observations(action, kind, text):
     env = _env()
     out = env.step(action)
-    assert error in out.observations[0]["content"]
+    assert text in out.observations[0]["content"]
+    assert out.metadata["tool_call"]["error"] == kind
     assert out.reward == 0.0 and not out.done
 
 
