@@ -164,7 +164,9 @@ class StopReason(StrEnum):
 
 #: ``messages``: each observation is its own chat message (rendered by the template).
 #: ``inline``: observations are appended as plain text inside the running assistant message, so
-#: the model continues the same message (the SkyRL-SQL recipe trains this way).
+#: the model continues the same message (the SkyRL-SQL recipe trains this way). This needs turns
+#: that end at a stop string (e.g. ``</sql>``); a turn that ended with EOS closed the message, so
+#: its observation is rendered as a message instead.
 ObservationStyle = Literal["messages", "inline"]
 
 
