@@ -291,6 +291,9 @@ class RolloutConfig:
     """Wall-clock deadline of one episode; passing it stops the episode with ``deadline``."""
     env_step_timeout_s: float = 60.0
     """Deadline of one ``env.init``/``env.step`` call; passing it is an env failure (masked)."""
+    env_setup_timeout_s: float = 300.0
+    """Deadline of building one env (``skyrl_gym.make``: starting a container, building an
+    image); passing it is an infrastructure failure (masked)."""
     observation_style: ObservationStyle = "messages"
     """How observations join the context (see :data:`ObservationStyle`)."""
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -320,7 +323,7 @@ class RolloutConfig:
                 raise ConfigError(f"RolloutConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.env_threads < 1:
             raise ConfigError(f"RolloutConfig.env_threads must be >= 1, got {self.env_threads}")
-        if self.episode_deadline_s <= 0 or self.env_step_timeout_s <= 0:
+        if min(self.episode_deadline_s, self.env_step_timeout_s, self.env_setup_timeout_s) <= 0:
             raise ConfigError("deadlines must be positive seconds")
         if self.observation_style not in ("messages", "inline"):
             raise ConfigError(

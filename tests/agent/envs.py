@@ -48,3 +48,14 @@ class EchoEnv(BaseTextEnv):
 
     def close(self) -> None:
         EchoEnv.closed += 1
+
+
+def per_episode_script(tokenizer: Any, replies: list[str]) -> Any:
+    """A ScriptedPolicy script that answers turn k of every episode with ``replies[k]`` (the turn
+    is read from the context), so concurrent episodes do not share one reply sequence."""
+
+    def script(prompt_ids: Any, index: int) -> str:
+        turn = tokenizer.decode(list(prompt_ids)).count("<|im_start|>assistant") - 1
+        return replies[min(turn, len(replies) - 1)]
+
+    return script
