@@ -25,6 +25,7 @@ observations are kept verbatim.)
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -88,6 +89,11 @@ class ChatRenderer:
         eos = tokenizer.eos_token_id
         self.eos_token_id: int | None = int(eos) if eos is not None else None
         self._eos_text = tokenizer.decode([eos]) if eos is not None else ""
+        # The observation delta depends only on the messages' roles (and other non-content
+        # fields), the tools and how the turn ended: render the template once per shape.
+        self._delta_cache: dict[tuple[Any, ...], list[list[int] | int]] = {}
+        self._plain = _plain_text_encoder(tokenizer)
+        self._tools_keys: dict[int, tuple[Any, Any]] = {}
 
     # ------------------------------------------------------------------ rendering
     def _template_for(self, tools: Sequence[dict[str, Any]] | None) -> str:
@@ -140,6 +146,8 @@ class ChatRenderer:
         """``text`` as plain-text ids: control-token lookalikes become ordinary characters."""
         if not text:
             return []
+        if self._plain is not None:
+            return self._plain.encode(text, add_special_tokens=False).ids
         return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
 
     def encode_prompt(
@@ -162,9 +170,50 @@ class ChatRenderer:
         token was EOS (then the template's closing text starts with it and it is not repeated);
         a turn cut by a stop string or ``max_tokens`` gets the whole closing text.
         """
+        key = (self._shape_key(observations), self._tools_key(tools), turn_ended_with_eos)
+        parts = self._delta_cache.get(key)
+        if parts is None:
+            parts = self._delta_parts(observations, tools, turn_ended_with_eos)
+            if len(self._delta_cache) < 4096:
+                self._delta_cache[key] = parts
+        contents = [m["content"] for m in observations if isinstance(m.get("content"), str)]
+        ids: list[int] = []
+        for part in parts:
+            ids += self.encode_text(contents[part]) if isinstance(part, int) else part
+        return ids
+
+    @staticmethod
+    def _shape_key(observations: Sequence[dict[str, Any]]) -> tuple[Any, ...]:
+        # Fast path: plain {"role", "content"} messages are keyed by their roles alone.
+        if all(len(m) == 2 and "role" in m and isinstance(m.get("content"), str) for m in observations):
+            return tuple(m["role"] for m in observations)
+        return tuple(
+            tuple(sorted((k, _freeze(v)) for k, v in m.items() if k != "content" or not isinstance(v, str)))
+            for m in observations
+        )
+
+    def _tools_key(self, tools: Sequence[dict[str, Any]] | None) -> Any:
+        if not tools:
+            return None
+        hit = self._tools_keys.get(id(tools))
+        if hit is not None and hit[0] is tools:
+            return hit[1]
+        if len(self._tools_keys) > 1024:
+            self._tools_keys.clear()
+        key = _freeze(tools)
+        self._tools_keys[id(tools)] = (tools, key)
+        return key
+
+    def _delta_parts(
+        self,
+        observations: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None,
+        turn_ended_with_eos: bool,
+    ) -> list[list[int] | int]:
+        """The observation delta as template ids and content slot numbers (rendered once)."""
         base = [{"role": "user", "content": "\ue002"}, {"role": "assistant", "content": "\ue003"}]
-        before, before_contents = self._render_slots(base, tools, add_generation_prompt=False)
-        after, contents = self._render_slots(base + list(observations), tools, add_generation_prompt=True)
+        before, _ = self._render_slots(base, tools, add_generation_prompt=False)
+        after, _ = self._render_slots(base + list(observations), tools, add_generation_prompt=True)
         if not after.startswith(before):
             raise ConfigError(
                 "the chat template renders earlier messages differently once observations follow; "
@@ -177,7 +226,16 @@ class ChatRenderer:
         delta = closing + after[len(before) :]
         if turn_ended_with_eos and self._eos_text and delta.startswith(self._eos_text):
             delta = delta[len(self._eos_text) :]
-        return self._encode_slotted(delta, contents)
+        parts: list[list[int] | int] = []
+        pos = 0
+        for m in _SLOT_RE.finditer(delta):
+            if m.start() > pos:
+                parts.append(self.tokenizer.encode(delta[pos : m.start()], add_special_tokens=False))
+            parts.append(int(m.group(1)) - 2)  # slots 0 and 1 are the base messages
+            pos = m.end()
+        if pos < len(delta):
+            parts.append(self.tokenizer.encode(delta[pos:], add_special_tokens=False))
+        return parts
 
     def closing_ids(self, turn_ended_with_eos: bool = True) -> list[int]:
         """Ids the template puts after an assistant message (minus the sampled EOS)."""
@@ -188,6 +246,50 @@ class ChatRenderer:
         if turn_ended_with_eos and self._eos_text and closing.startswith(self._eos_text):
             closing = closing[len(self._eos_text) :]
         return self.tokenizer.encode(closing, add_special_tokens=False) if closing else []
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable stand-in for JSON-like data (cache keys)."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+_PLAIN_ENCODERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _plain_text_encoder(tokenizer: Any) -> Any:
+    """A copy of a fast tokenizer's Rust backend that never emits special tokens for text
+    (``encode_special_tokens=True``); None for slow tokenizers (the Python path is used).
+    Built once per tokenizer (the copy takes a few hundred milliseconds)."""
+    try:
+        return _PLAIN_ENCODERS[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    plain = _build_plain_text_encoder(tokenizer)
+    try:
+        _PLAIN_ENCODERS[tokenizer] = plain
+    except TypeError:  # not weak-referenceable
+        pass
+    return plain
+
+
+def _build_plain_text_encoder(tokenizer: Any) -> Any:
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is None or not hasattr(backend, "to_str"):
+        return None
+    try:
+        import tokenizers
+
+        plain = tokenizers.Tokenizer.from_str(backend.to_str())
+        plain.encode_special_tokens = True
+        plain.no_truncation()
+        plain.no_padding()
+    except Exception:  # noqa: BLE001 - fall back to the tokenizer's own (slower) path
+        return None
+    return plain
 
 
 # --------------------------------------------------------------------------- drift check

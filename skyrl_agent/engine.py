@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import json
 import random
 import sys
@@ -231,6 +232,9 @@ class RolloutEngine:
         env_factory: builds the env of a row (default ``skyrl_gym.make``); runs in a thread.
         progress: print a progress line to ``progress_stream`` every ``progress_every_s``;
             ``None`` prints when the stream is a terminal.
+        gc_gen0_threshold: while a batch runs, Python's first-generation GC threshold is raised
+            to this (and restored afterwards): thousands of live episodes otherwise make the
+            collector cost about a third of the loop's CPU time. ``None`` leaves the GC alone.
     """
 
     def __init__(
@@ -243,6 +247,7 @@ class RolloutEngine:
         progress: bool | None = None,
         progress_stream: TextIO | None = None,
         progress_every_s: float = 5.0,
+        gc_gen0_threshold: int | None = 50_000,
     ) -> None:
         self.policy = policy
         self.config = config
@@ -251,6 +256,7 @@ class RolloutEngine:
         self.progress_stream = progress_stream or sys.stderr
         self.progress = progress if progress is not None else self.progress_stream.isatty()
         self.progress_every_s = progress_every_s
+        self.gc_gen0_threshold = gc_gen0_threshold
 
     def run_sync(self, items: Sequence[PromptItem]) -> RolloutResult:
         """:meth:`run` from synchronous code."""
@@ -258,6 +264,15 @@ class RolloutEngine:
 
     async def run(self, items: Sequence[PromptItem]) -> RolloutResult:
         """Play ``n_samples`` episodes of every item; return them with the batch's counts."""
+        old_threshold = gc.get_threshold()
+        if self.gc_gen0_threshold is not None:
+            gc.set_threshold(max(self.gc_gen0_threshold, old_threshold[0]), *old_threshold[1:])
+        try:
+            return await self._run(items)
+        finally:
+            gc.set_threshold(*old_threshold)
+
+    async def _run(self, items: Sequence[PromptItem]) -> RolloutResult:
         cfg = self.config
         start = time.monotonic()
         executor = concurrent.futures.ThreadPoolExecutor(cfg.env_threads, thread_name_prefix="skyrl-env")

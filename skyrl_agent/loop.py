@@ -80,16 +80,23 @@ async def _env_call(
     timeout_s: float,
     deadline: float,
     what: str,
+    inline: bool = False,
 ) -> tuple[Any, float]:
     """Run a synchronous env call in a thread; returns (result, seconds)."""
-    loop = asyncio.get_running_loop()
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise _EnvFailure(StopReason.DEADLINE, f"episode deadline passed before {what}")
     limit = min(timeout_s, remaining)
     t0 = time.monotonic()
     try:
-        result = await asyncio.wait_for(loop.run_in_executor(executor, fn, *args), limit)
+        if inline:  # on the event loop: no thread hop; the deadline is checked afterwards
+            result = fn(*args)
+            if time.monotonic() - t0 > limit:
+                raise TimeoutError
+        else:
+            result = await asyncio.wait_for(
+                asyncio.get_running_loop().run_in_executor(executor, fn, *args), limit
+            )
     except TimeoutError:
         if remaining <= timeout_s:
             raise _EnvFailure(StopReason.DEADLINE, f"episode deadline passed during {what}") from None
@@ -139,7 +146,13 @@ async def run_episode(
 
     def call(fn: Callable[..., Any], *args: Any, what: str) -> Any:
         return _env_call(
-            fn, *args, executor=executor, timeout_s=config.env_step_timeout_s, deadline=deadline, what=what
+            fn,
+            *args,
+            executor=executor,
+            timeout_s=config.env_step_timeout_s,
+            deadline=deadline,
+            what=what,
+            inline=config.env_calls == "inline",
         )
 
     try:
@@ -162,15 +175,16 @@ async def run_episode(
             if remaining <= 0:
                 stop = StopReason.DEADLINE
                 break
-            sampling = config.sampling.replace(
-                max_tokens=min(config.max_tokens_per_turn, room), seed=turn_seed(info.seed, turn)
+            sampling = config.sampling.with_turn(
+                min(config.max_tokens_per_turn, room), turn_seed(info.seed, turn)
             )
             request = GenerateRequest(
                 prompt_ids + response_ids, sampling, f"{info.prompt_id}/{info.sample_index}/{turn}"
             )
             t0 = time.monotonic()
             try:
-                out = (await asyncio.wait_for(policy.generate([request]), remaining))[0]
+                async with asyncio.timeout(remaining):
+                    out = (await policy.generate([request]))[0]
             except TimeoutError:
                 llm_s += time.monotonic() - t0
                 stop = StopReason.DEADLINE

@@ -82,6 +82,15 @@ class SamplingParams:
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
 
+    def with_turn(self, max_tokens: int, seed: int | None) -> SamplingParams:
+        """A copy with ``max_tokens`` and ``seed`` set, without re-validation (hot path of the
+        agent loop; ``max_tokens`` must be >= 1)."""
+        new = object.__new__(SamplingParams)
+        new.__dict__.update(self.__dict__)
+        new.__dict__["max_tokens"] = max_tokens
+        new.__dict__["seed"] = seed
+        return new
+
     def replace(self, **changes: Any) -> SamplingParams:
         """A copy with ``changes`` applied."""
         import dataclasses
@@ -304,6 +313,11 @@ class RolloutConfig:
     """Most episodes in flight at once."""
     env_threads: int = 16
     """Threads that run env calls (env code is synchronous)."""
+    env_calls: Literal["thread", "inline"] = "thread"
+    """``thread``: ``env.init``/``env.step`` run in the thread pool, so a slow env never stalls
+    the other episodes, and a call past its deadline is abandoned. ``inline``: they run on the
+    event loop, saving the thread hop (tens of microseconds a call), for envs whose steps are
+    instant (string checks); a deadline is then only checked after the call returns."""
     max_retries: int = 1
     """Retries of an episode that failed for infrastructure reasons before it is recorded as
     masked."""
@@ -329,5 +343,7 @@ class RolloutConfig:
             raise ConfigError(
                 f"unknown observation_style {self.observation_style!r}; use 'messages' or 'inline'"
             )
+        if self.env_calls not in ("thread", "inline"):
+            raise ConfigError(f"unknown env_calls {self.env_calls!r}; use 'thread' or 'inline'")
         if self.max_retries < 0:
             raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")

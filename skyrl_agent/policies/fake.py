@@ -48,6 +48,7 @@ class ScriptedPolicy:
         self.calls = 0
         self.requests: list[GenerateRequest] = []
         self._cache: dict[str, list[int]] = {}
+        self._eos = tokenizer.eos_token_id
 
     def _reply(self, prompt_ids: Sequence[int], index: int) -> str:
         if callable(self.script):
@@ -75,8 +76,8 @@ class ScriptedPolicy:
             text = self._reply(req.prompt_ids, index)
             ids = list(self._encode(text))
             finish = FinishReason.STOP
-            if self.add_eos and self.tokenizer.eos_token_id is not None:
-                ids.append(self.tokenizer.eos_token_id)
+            if self.add_eos and self._eos is not None:
+                ids.append(self._eos)
             max_tokens = req.sampling.max_tokens
             if len(ids) > max_tokens:
                 ids, finish = ids[:max_tokens], FinishReason.LENGTH

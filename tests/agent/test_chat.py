@@ -103,3 +103,33 @@ def test_unknown_template_name_suggests_one(tokenizer):
         shipped_template("chatml_tool")
     with pytest.raises(ConfigError, match="empty"):
         ChatRenderer(tokenizer).encode_prompt([])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain words",
+        "  leading spaces\n\ttabs",
+        "ünïcödé 数据库 🙂",
+        "<|im_end|><|im_start|>user",
+        "a</tool_call>b",
+        "\n",
+    ],
+)
+def test_fast_plain_text_encoding_equals_the_tokenizer(tokenizer, text):
+    renderer = ChatRenderer(tokenizer)
+    assert renderer._plain is not None  # the Rust fast path is in use for SmolLM2
+    assert renderer.encode_text(text) == tokenizer.encode(
+        text, add_special_tokens=False, split_special_tokens=True
+    )
+
+
+def test_observation_deltas_are_cached_per_shape(tokenizer):
+    renderer = ChatRenderer(tokenizer)
+    a = renderer.encode_observation([{"role": "user", "content": "first"}])
+    b = renderer.encode_observation([{"role": "user", "content": "second one"}])
+    assert len(renderer._delta_cache) == 1
+    assert tokenizer.decode(a).endswith("first<|im_end|>\n<|im_start|>assistant\n")
+    assert tokenizer.decode(b).endswith("second one<|im_end|>\n<|im_start|>assistant\n")
+    renderer.encode_observation([{"role": "tool", "content": "x", "name": "calc"}], tools=TOOLS)
+    assert len(renderer._delta_cache) == 2

@@ -133,3 +133,11 @@ def test_real_policy_episode_logprobs_match_trainer_view(tiny, tiny_policy):
     # same seed, same episode
     again = asyncio.run(run_episode(tiny_policy, EchoEnv(), PROMPT, config=cfg, info=EpisodeInfo(seed=3)))
     assert again.response_ids == traj.response_ids
+
+
+def test_inline_env_calls_give_the_same_episode(tokenizer):
+    a, _ = _run(ScriptedPolicy(tokenizer, ["a", "b", "DONE"]))
+    b, _ = _run(ScriptedPolicy(tokenizer, ["a", "b", "DONE"]), env_calls="inline")
+    assert a.input_ids == b.input_ids and a.reward == b.reward
+    c, _ = _run(ScriptedPolicy(tokenizer, ["a"]), extras={"crash_on": 1}, env_calls="inline")
+    assert c.masked and "sandbox went away" in c.error
