@@ -5,8 +5,8 @@ write is attempted (and ``ATTACH`` or ``VACUUM INTO`` create files). Here, every
 
 * runs on a connection opened with ``mode=ro`` (plus ``immutable=1`` for files nobody writes)
   and ``PRAGMA query_only``, in autocommit mode, so nothing can change the file;
-* passes a statement allowlist (``SELECT``, ``WITH``, ``VALUES``, ``EXPLAIN``, introspection
-  ``PRAGMA``) and an authorizer that refuses every write, ``ATTACH``/``DETACH``, transactions,
+* passes a check of its first keyword (write, schema and transaction statements are refused
+  before SQLite sees them) and an authorizer that refuses every write, ``ATTACH``/``DETACH``, transactions,
   ``load_extension`` and any pragma outside a read-only list, so a refusal reads as a refusal
   (``QueryStatus.REFUSED`` with the reason), never as an empty result;
 * has a deadline enforced by a progress handler in the executing thread: SQLite stops the
@@ -37,9 +37,31 @@ from skyrl_gym.envs.sql.types import ExecutorLimits, QueryResult, QueryStatus
 
 __all__ = ["ReadOnlyDatabase", "execute", "format_result", "close_thread_connections"]
 
-# Statements that may run at all (the first keyword, after comments). Everything else is refused
-# before SQLite sees it; the authorizer is the second line of defence.
-_ALLOWED_FIRST = frozenset({"SELECT", "WITH", "VALUES", "EXPLAIN", "PRAGMA"})
+# Statements refused by their first keyword (after comments) before SQLite sees them; the
+# authorizer is the second line of defence. Other words reach SQLite (``SELEC`` is a syntax error).
+_REFUSED_FIRST = frozenset(
+    {
+        "INSERT",
+        "UPDATE",
+        "DELETE",
+        "REPLACE",
+        "UPSERT",
+        "CREATE",
+        "DROP",
+        "ALTER",
+        "ATTACH",
+        "DETACH",
+        "VACUUM",
+        "REINDEX",
+        "ANALYZE",
+        "BEGIN",
+        "COMMIT",
+        "END",
+        "ROLLBACK",
+        "SAVEPOINT",
+        "RELEASE",
+    }
+)
 # Read-only introspection pragmas a model may use (``PRAGMA table_info(t)`` and friends).
 _ALLOWED_PRAGMAS = frozenset(
     {
@@ -90,6 +112,7 @@ _ACTION_NAMES = {
     sqlite3.SQLITE_FUNCTION: "function",
     sqlite3.SQLITE_SAVEPOINT: "SAVEPOINT",
 }
+_SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_temp_master", "sqlite_schema", "sqlite_temp_schema"})
 _ALWAYS_OK = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
 _REFUSAL_HINT = "the database is read-only here; only SELECT queries run"
 
@@ -134,6 +157,10 @@ class _Guard:
                 return sqlite3.SQLITE_OK
             self.refusal = f"PRAGMA {name} is not allowed (only read-only schema pragmas such as table_info)"
             return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_UPDATE and arg1 in _SCHEMA_TABLES:
+            # SQLite asks this while preparing table-valued pragmas (pragma_table_info): ignoring
+            # the column keeps any real change impossible without refusing the read.
+            return sqlite3.SQLITE_IGNORE
         what = _ACTION_NAMES.get(action, f"operation {action}")
         target = (
             f" on {arg1}"
@@ -202,9 +229,9 @@ class ReadOnlyDatabase:
         conn = self._conn
         if conn is None:
             raise RuntimeError("ReadOnlyDatabase is closed")
-        refusal = _statement_refusal(sql, self.limits.max_sql_chars)
-        if refusal is not None:
-            return QueryResult(QueryStatus.REFUSED, message=refusal, elapsed_s=time.perf_counter() - start)
+        rejected = _precheck(sql, self.limits.max_sql_chars)
+        if rejected is not None:
+            return QueryResult(rejected[0], message=rejected[1], elapsed_s=time.perf_counter() - start)
         guard = self._guard
         guard.refusal = None
         guard.timed_out = False
@@ -283,19 +310,18 @@ class ReadOnlyDatabase:
         self.close()
 
 
-def _statement_refusal(sql: str, max_chars: int) -> str | None:
-    """A refusal message when ``sql`` is not a read statement (checked before SQLite sees it)."""
+def _precheck(sql: str, max_chars: int) -> tuple[QueryStatus, str] | None:
+    """Reject ``sql`` before SQLite sees it: not text, too long, empty, or a write statement."""
     if not isinstance(sql, str):
-        return f"the query must be text, got {type(sql).__name__}"
+        return QueryStatus.ERROR, f"the query must be text, got {type(sql).__name__}"
     if len(sql) > max_chars:
-        return f"the query is {len(sql)} characters long; the limit is {max_chars}"
+        return QueryStatus.REFUSED, f"the query is {len(sql)} characters long; the limit is {max_chars}"
     head = sql[_LEADING_NOISE.match(sql).end() :]  # type: ignore[union-attr]
+    if not head:
+        return QueryStatus.ERROR, "the query is empty"
     match = _FIRST_WORD.match(head)
-    if match is None:
-        return None  # empty or punctuation: let SQLite report the syntax error
-    word = match.group(0).upper()
-    if word not in _ALLOWED_FIRST:
-        return f"{word} statements are not allowed: {_REFUSAL_HINT}"
+    if match is not None and match.group(0).upper() in _REFUSED_FIRST:
+        return QueryStatus.REFUSED, f"{match.group(0).upper()} statements are not allowed: {_REFUSAL_HINT}"
     return None
 
 
