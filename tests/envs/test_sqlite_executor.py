@@ -227,7 +227,7 @@ def test_heap_limit_turns_a_memory_hog_into_an_error(db_file: Path, tmp_path: Pa
     script = f"""
 import sqlite3
 from skyrl_gym.envs.sql import ExecutorLimits, execute, QueryStatus
-limits = ExecutorLimits(heap_limit_mb=64, grade_timeout_s=60)
+limits = ExecutorLimits(heap_limit_mb=64, grade_timeout_s=60, temp_store="memory")
 sql = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 3000000) SELECT COUNT(DISTINCT randomblob(100)) FROM c"
 r = execute({str(db_file)!r}, sql, limits=limits, timeout_s=60)
 print(r.status, r.message)

@@ -12,8 +12,7 @@ write is attempted (and ``ATTACH`` or ``VACUUM INTO`` create files). Here, every
 * has a deadline enforced by a progress handler in the executing thread: SQLite stops the
   statement itself at the deadline, so no thread is left spinning and the CPU goes back to idle;
 * is bounded in memory: per-connection limits on string/blob size, SQL length, expression
-  depth, compound selects and attached databases; temporary storage in memory; SQLite's
-  process-wide hard heap limit (``ExecutorLimits.heap_limit_mb``); and a row cap on fetching.
+  depth, compound selects and attached databases; SQLite's process-wide hard heap limit (``ExecutorLimits.heap_limit_mb``); and a row cap on fetching.
 
 Connections are pooled per thread (a small LRU per thread, keyed by file), so many concurrent
 episodes on one file never share a connection and never take a write lock: read-only
@@ -204,7 +203,7 @@ class ReadOnlyDatabase:
         try:
             conn.text_factory = _decode_text
             conn.execute("PRAGMA query_only = ON")
-            conn.execute("PRAGMA temp_store = MEMORY")
+            conn.execute(f"PRAGMA temp_store = {self.limits.temp_store.upper()}")
             conn.execute("PRAGMA trusted_schema = OFF")
             _ensure_heap_limit(conn, self.limits.heap_limit_mb)
             conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
@@ -387,15 +386,21 @@ def close_thread_connections() -> None:
 
 # ---------------------------------------------------------------------- formatting
 def _cell(value: Any, max_chars: int) -> str:
-    if value is None:
-        text = "NULL"
-    elif isinstance(value, bytes):
-        text = f"<blob {len(value)} bytes>"
-    elif isinstance(value, float):
+    kind = type(value)
+    if kind is int:
+        return str(value)
+    if kind is str:
+        text = value
+    elif value is None:
+        return "NULL"
+    elif kind is float:
         text = repr(value) if math.isfinite(value) else str(value)
+    elif isinstance(value, bytes):
+        return f"<blob {len(value)} bytes>"
     else:
         text = str(value)
-    text = text.replace("\n", "\\n").replace("|", "\\|")
+    if "\n" in text or "|" in text:
+        text = text.replace("\n", "\\n").replace("|", "\\|")
     if len(text) > max_chars:
         text = text[: max_chars - 1] + "…"
     return text

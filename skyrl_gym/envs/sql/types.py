@@ -90,6 +90,10 @@ class ExecutorLimits:
     process-wide, set once on first use, and only ever lowered. 0 leaves it alone."""
     progress_interval: int = 1000
     """SQLite VM instructions between two deadline checks (lower: more exact, slower)."""
+    temp_store: Literal["file", "memory"] = "file"
+    """Where sorts and temporary b-trees go. ``file`` (SQLite's default) is the fastest here;
+    a runaway sort is then bounded by the deadline and the disk. ``memory`` also bounds it by the
+    heap limit, at about a third more time on GROUP BY and DISTINCT queries."""
     immutable: bool = False
     """Open databases with ``immutable=1`` (no locking at all). Only for files nobody writes
     while episodes run; the bundled databases always use it."""
@@ -114,6 +118,8 @@ class ExecutorLimits:
             value = getattr(self, name)
             if not (isinstance(value, int) and value > 0):
                 raise ConfigError(f"{name} must be a positive int, got {value!r}")
+        if self.temp_store not in ("file", "memory"):
+            raise ConfigError(f"temp_store must be 'file' or 'memory', got {self.temp_store!r}")
         if not (isinstance(self.heap_limit_mb, int) and self.heap_limit_mb >= 0):
             raise ConfigError(
                 f"heap_limit_mb must be an int >= 0 (0: leave unset), got {self.heap_limit_mb!r}"
