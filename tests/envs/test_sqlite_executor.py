@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from skyrl_gym.envs.sql import ExecutorLimits, QueryStatus, ReadOnlyDatabase, execute, format_result
 
@@ -246,3 +248,37 @@ print(execute({str(db_file)!r}, "SELECT COUNT(*) FROM items", limits=limits).row
     assert lines[0].startswith("error") and "memory" in lines[0], lines
     assert lines[1] == str(64 << 20)
     assert lines[2] == "((301,),)"
+
+
+_KEYWORDS = [
+    "INSERT INTO items",
+    "UPDATE items SET",
+    "DELETE FROM",
+    "DROP",
+    "CREATE",
+    "ATTACH",
+    "PRAGMA",
+    "VACUUM",
+    "WITH x AS (SELECT 1)",
+    "SELECT",
+    "EXPLAIN",
+    "BEGIN",
+    "REPLACE",
+    ";",
+    "--",
+    "/*",
+    "'",
+    "(",
+]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.sampled_from(_KEYWORDS), st.text(max_size=12)), max_size=8))
+def test_fuzzed_statements_never_raise_or_write(db_file: Path, parts: list[str]):
+    before = _sha(db_file)
+    result = execute(db_file, " ".join(parts), timeout_s=0.5)
+    assert result.status in set(QueryStatus)
+    if result.ok:
+        assert not result.columns or isinstance(result.rows, tuple)
+    assert _sha(db_file) == before
+    assert sorted(os.listdir(db_file.parent)) == ["shop.sqlite"]

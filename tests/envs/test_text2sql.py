@@ -325,3 +325,12 @@ def test_check_format_unit():
         "<think>a</think>\n\n<observation>x</observation>\n\nno think <solution>1</solution>"
     )
     assert not ok and "observation" in why
+
+
+def test_grading_has_its_own_deadline(rows):
+    row = _row(rows, "library-00")
+    runaway = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
+    cfg = {"limits": {"grade_timeout_s": 0.4, "explore_timeout_s": 0.2}}
+    outs, _ = _episode(row, [f"{THINK}<sql>{runaway}</sql>", f"{THINK}<solution>{runaway}</solution>"], cfg)
+    assert "Timeout: the query was stopped after its 0.2 s time limit" in outs[0].observations[0]["content"]
+    assert outs[1].reward == 0.0 and outs[1].metadata["solution_status"] == "timeout"

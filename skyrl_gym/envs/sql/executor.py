@@ -116,18 +116,20 @@ _ALWAYS_OK = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLI
 _REFUSAL_HINT = "the database is read-only here; only SELECT queries run"
 
 _heap_lock = threading.Lock()
-_heap_limit_set = False
+_heap_limit_bytes: int | None = None
 
 
 def _ensure_heap_limit(conn: sqlite3.Connection, limit_mb: int) -> None:
-    """Set SQLite's process-wide hard heap limit once (it can only be lowered later)."""
-    global _heap_limit_set
-    if limit_mb <= 0 or _heap_limit_set:
+    """Apply SQLite's process-wide hard heap limit; a lower request lowers it, a higher one is
+    ignored (SQLite's pragma only ever lowers a limit that is set)."""
+    global _heap_limit_bytes
+    wanted = int(limit_mb) << 20
+    if limit_mb <= 0 or (_heap_limit_bytes is not None and wanted >= _heap_limit_bytes):
         return
     with _heap_lock:
-        if not _heap_limit_set:
-            conn.execute(f"PRAGMA hard_heap_limit = {int(limit_mb) << 20}")
-            _heap_limit_set = True
+        if _heap_limit_bytes is None or wanted < _heap_limit_bytes:
+            conn.execute(f"PRAGMA hard_heap_limit = {wanted}")
+            _heap_limit_bytes = int(conn.execute("PRAGMA hard_heap_limit").fetchone()[0])
 
 
 class _Guard:
@@ -199,7 +201,15 @@ class ReadOnlyDatabase:
         query = "mode=ro&immutable=1" if immutable else "mode=ro"
         uri = f"file:{urllib.parse.quote(str(self.path))}?{query}"
         self._guard = _Guard()
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0, cached_statements=64)
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0, cached_statements=64)
+        except sqlite3.Error as exc:
+            from skyrl_gym.errors import SandboxError
+
+            raise SandboxError(
+                f"cannot open {self.path} read-only: {exc}. A WAL-mode database needs its -shm file "
+                "or a writable directory; convert it with PRAGMA journal_mode=DELETE"
+            ) from exc
         try:
             conn.text_factory = _decode_text
             conn.execute("PRAGMA query_only = ON")
