@@ -156,6 +156,9 @@ def test_row_and_character_caps(db_file: Path):
     assert len(text) <= 2000 + 100
     assert text.splitlines()[-1].endswith("of 301 rows shown)")
     assert "…" in text  # long notes are cut per cell
+    wide_sql = "SELECT " + ", ".join(f"note AS c{i}" for i in range(300)) + " FROM items WHERE id = 300"
+    wide = format_result(execute(db_file, wide_sql), limits)
+    assert len(wide) <= 2000 and wide.count("\n") == 1
     uncounted = execute(db_file, "SELECT n FROM nums", max_rows=10)
     assert uncounted.more_rows and uncounted.total_rows is None
     assert format_result(uncounted).splitlines()[-1] == "(10 of more than 10 rows shown)"

@@ -246,6 +246,7 @@ def test_bundled_data_is_reproducible_from_the_generator():
     ]
 
 
+@pytest.mark.slow
 def test_concurrent_first_build_is_safe(tmp_path, monkeypatch):
     monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path / "cache"))
     with ThreadPoolExecutor(max_workers=8) as pool:

@@ -416,6 +416,10 @@ def _cell(value: Any, max_chars: int) -> str:
     return text
 
 
+def _clip(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
 def format_result(result: QueryResult, limits: ExecutorLimits | None = None) -> str:
     """The text a model sees for ``result``: a ``|``-separated table, or the failure.
 
@@ -431,11 +435,12 @@ def format_result(result: QueryResult, limits: ExecutorLimits | None = None) -> 
     if not result.columns:
         return "The statement ran and returned no result set."
     cap = limits.max_cell_chars
-    lines = [" | ".join(_cell(c, cap) for c in result.columns)]
+    width = (limits.max_chars - 1) // 2  # a header or a row takes at most half the budget
+    lines = [_clip(" | ".join(_cell(c, cap) for c in result.columns), width)]
     size = len(lines[0])
     shown = 0
     for row in result.rows[: limits.max_rows]:
-        line = " | ".join(_cell(v, cap) for v in row)
+        line = _clip(" | ".join(_cell(v, cap) for v in row), width)
         if size + len(line) + 1 > limits.max_chars and shown > 0:
             break
         lines.append(line)
