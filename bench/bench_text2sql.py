@@ -10,7 +10,8 @@ gold queries, mixed over the four bundled databases):
   virtual environment under a temporary directory (both packages import as ``skyrl_gym``),
   driven the same way in a subprocess;
 * raw: ``sqlite3`` running the same queries with ``execute().fetchall()`` on one open
-  read-only connection per database (the physical limit).
+  read-only connection per database (the physical limit), interleaved with our steps action by
+  action so that load from other processes affects both alike.
 
 It prints the total and per-step times and the ratios against raw. The goal: ours at most
 1.5x raw. Both envs see a copy of the databases in the published ``spider/database`` layout.
@@ -19,6 +20,7 @@ It prints the total and per-step times and the ratios against raw. The goal: our
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -116,38 +118,42 @@ def _episodes(queries: dict[str, list[str]], n_actions: int, seed: int = 0) -> l
     return episodes
 
 
-def run_ours(episodes: list[dict], db_path: Path) -> list[float]:
-    times = []
-    for ep in episodes:
-        extras = {"db_id": ep["db_id"], "data": "spider", "reward_spec": {"ground_truth": "SELECT 1"}}
-        env = skyrl_gym.make("text2sql", env_config={"db_path": str(db_path)}, extras=extras)
-        env.init([{"role": "user", "content": "q"}])
-        for action in ep["actions"]:
-            t0 = time.perf_counter()
-            out = env.step(action)
-            times.append(time.perf_counter() - t0)
-            assert "Error" not in out.observations[0]["content"][:30], out.observations
-        env.close()
-    return times
-
-
-def run_raw(episodes: list[dict], db_path: Path) -> list[float]:
+def run_ours_and_raw(episodes: list[dict], db_path: Path) -> tuple[list[float], list[float]]:
+    """Step times of our env and of raw sqlite3 on the same actions, interleaved action by
+    action so that a busy machine slows both alike."""
     conns = {
         db_id: sqlite3.connect(
             f"file:{db_path / 'spider/database' / db_id / (db_id + '.sqlite')}?mode=ro", uri=True
         )
         for db_id in {ep["db_id"] for ep in episodes}
     }
-    times = []
+    raw_times, our_times = [], []
     for ep in episodes:
         conn = conns[ep["db_id"]]
-        for sql in ep["queries"]:
-            t0 = time.perf_counter()
-            conn.execute(sql).fetchall()
-            times.append(time.perf_counter() - t0)
+        extras = {"db_id": ep["db_id"], "data": "spider", "reward_spec": {"ground_truth": "SELECT 1"}}
+        env = skyrl_gym.make("text2sql", env_config={"db_path": str(db_path)}, extras=extras)
+        env.init([{"role": "user", "content": "q"}])
+        for sql, action in zip(ep["queries"], ep["actions"], strict=True):
+            # Alternate which runs first, so neither always finds the CPU caches warm.
+            raw_first = len(raw_times) % 2 == 0
+            if raw_first:
+                t0 = time.perf_counter()
+                conn.execute(sql).fetchall()
+                t1 = time.perf_counter()
+            t2 = time.perf_counter()
+            out = env.step(action)
+            t3 = time.perf_counter()
+            if not raw_first:
+                t0 = time.perf_counter()
+                conn.execute(sql).fetchall()
+                t1 = time.perf_counter()
+            raw_times.append(t1 - t0)
+            our_times.append(t3 - t2)
+            assert not out.observations[0]["content"].startswith("\n\n<observation>Error"), out.observations
+        env.close()
     for conn in conns.values():
         conn.close()
-    return times
+    return raw_times, our_times
 
 
 def published_python(venv: Path | None, workdir: Path) -> tuple[Path | None, str]:
@@ -231,10 +237,13 @@ def main(argv: list[str] | None = None) -> int:
             f"best of {args.repeats} runs each; python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}"
         )
 
-        run_ours(episodes[:10], db_path)  # warm-up: build caches, import modules
-        run_raw(episodes[:10], db_path)
-        raw = min((run_raw(episodes, db_path) for _ in range(args.repeats)), key=sum)
-        ours = min((run_ours(episodes, db_path) for _ in range(args.repeats)), key=sum)
+        run_ours_and_raw(episodes[:10], db_path)  # warm-up: build caches, import modules
+        runs = []
+        for _ in range(args.repeats):
+            gc.collect()
+            runs.append(run_ours_and_raw(episodes, db_path))
+        raw = min((r for r, _ in runs), key=sum)
+        ours = min((o for _, o in runs), key=sum)
         print(_summary("raw", raw, sum(raw)))
         print(_summary("ours", ours, sum(raw)))
         published = None

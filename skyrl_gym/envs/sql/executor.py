@@ -14,7 +14,7 @@ write is attempted (and ``ATTACH`` or ``VACUUM INTO`` create files). Here, every
 * is bounded in memory: per-connection limits on string/blob size, SQL length, expression
   depth, compound selects and attached databases; SQLite's process-wide hard heap limit (``ExecutorLimits.heap_limit_mb``); and a row cap on fetching.
 
-Connections are pooled per thread (a small LRU per thread, keyed by file), so many concurrent
+Connections are pooled per thread (an LRU of 4 per thread, keyed by file), so many concurrent
 episodes on one file never share a connection and never take a write lock: read-only
 connections only ever hold shared locks, so "database is locked" cannot happen.
 """
@@ -211,7 +211,6 @@ class ReadOnlyDatabase:
                 "or a writable directory; convert it with PRAGMA journal_mode=DELETE"
             ) from exc
         try:
-            conn.text_factory = _decode_text
             conn.execute("PRAGMA query_only = ON")
             conn.execute(f"PRAGMA temp_store = {self.limits.temp_store.upper()}")
             conn.execute("PRAGMA trusted_schema = OFF")
@@ -245,9 +244,30 @@ class ReadOnlyDatabase:
         guard.refusal = None
         guard.timed_out = False
         guard.deadline = time.monotonic() + timeout_s
-        cursor = None
         try:
-            cursor = conn.execute(sql)
+            try:
+                return self._fetch(conn, sql, max_rows, count_up_to, start)
+            except sqlite3.OperationalError as exc:
+                # Text that is not UTF-8: decode it with replacement characters, on this query only
+                # (a Python decoder per value is slower than the built-in one, so it is not the default).
+                if conn.text_factory is not str or "decode" not in str(exc):
+                    raise
+                conn.text_factory = _decode_text
+                try:
+                    return self._fetch(conn, sql, max_rows, count_up_to, start)
+                finally:
+                    conn.text_factory = str
+        except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError, MemoryError) as exc:
+            return self._failure(exc, timeout_s, time.perf_counter() - start)
+        finally:
+            guard.deadline = math.inf
+
+    @staticmethod
+    def _fetch(
+        conn: sqlite3.Connection, sql: str, max_rows: int, count_up_to: int, start: float
+    ) -> QueryResult:
+        cursor = conn.execute(sql)
+        try:
             columns = tuple(d[0] for d in cursor.description) if cursor.description else ()
             rows = cursor.fetchmany(max_rows + 1)
             more = len(rows) > max_rows
@@ -261,22 +281,12 @@ class ReadOnlyDatabase:
                         exhausted = True
                         break
                     seen += len(batch)
+            total = seen if exhausted else None
             return QueryResult(
-                QueryStatus.OK,
-                columns,
-                tuple(rows),
-                more,
-                seen if exhausted else None,
-                seen,
-                "",
-                time.perf_counter() - start,
+                QueryStatus.OK, columns, tuple(rows), more, total, seen, "", time.perf_counter() - start
             )
-        except (sqlite3.Error, sqlite3.Warning, ValueError, OverflowError, MemoryError) as exc:
-            return self._failure(exc, timeout_s, time.perf_counter() - start)
         finally:
-            guard.deadline = math.inf
-            if cursor is not None:
-                cursor.close()
+            cursor.close()
 
     def _failure(self, exc: BaseException, timeout_s: float, elapsed: float) -> QueryResult:
         guard = self._guard
@@ -335,7 +345,7 @@ def _precheck(sql: str, max_chars: int) -> tuple[QueryStatus, str] | None:
 
 
 # ---------------------------------------------------------------------- per-thread pool
-_POOL_SIZE = 8
+_POOL_SIZE = 4  # open connections per thread (each holds a file descriptor)
 _local = threading.local()
 
 
