@@ -1,6 +1,6 @@
 """text2sql step time: our env vs the published skyrl-gym env vs raw sqlite3, in one run.
 
-    python bench/bench_text2sql.py [--actions 1000] [--published-venv DIR] [--skip-published]
+    python bench/bench_text2sql.py [--actions 1000] [--published-venv DIR] [--skip-published] [--parity]
 
 All three run the same 1,000 ``<sql>`` actions (small aggregate queries, joins and the bundled
 gold queries, mixed over the four bundled databases):
@@ -14,7 +14,8 @@ gold queries, mixed over the four bundled databases):
   action so that load from other processes affects both alike.
 
 It prints the total and per-step times and the ratios against raw. The goal: ours at most
-1.5x raw. Both envs see a copy of the databases in the published ``spider/database`` layout.
+1.5x raw. ``--parity`` also runs right, wrong and malformed trajectories for every bundled
+question through both envs and counts the rewards that differ. Both envs see a copy of the databases in the published ``spider/database`` layout.
 """
 
 from __future__ import annotations
@@ -67,6 +68,83 @@ PUBLISHED_DRIVER = textwrap.dedent(
     json.dump({"times": times, "observations": observations}, sys.stdout)
     """
 )
+
+
+PARITY_DRIVER = textwrap.dedent(
+    """
+    import json, sys
+    from omegaconf import OmegaConf
+    from skyrl_gym.envs.sql.env import SQLEnv
+
+    spec = json.load(open(sys.argv[1]))
+    cfg = OmegaConf.create({"db_path": spec["db_path"]})
+    rewards = []
+    for case in spec["cases"]:
+        extras = {"db_id": case["db_id"], "data": "spider", "max_turns": 5,
+                  "reward_spec": {"method": "rule", "ground_truth": case["gold"]}}
+        env = SQLEnv(cfg, extras)
+        env.init([{"role": "user", "content": "q"}])
+        for action in case["actions"]:
+            out = env.step(action)
+            if out["done"]:
+                break
+        rewards.append(out["reward"])
+    json.dump(rewards, sys.stdout)
+    """
+)
+
+
+def parity_cases() -> list[dict]:
+    """Trajectories for every bundled question: right, wrong and malformed in several ways."""
+    think = "<think>ok</think>"
+    cases = []
+    for q in bundled_questions():
+        gold = q["sql"]
+        bare = gold.rstrip(";")
+        variants = {
+            "gold": [f"{think}<solution>{gold}</solution>"],
+            "explore then gold": [f"{think}<sql>{gold}</sql>", f"{think}<solution>{gold}</solution>"],
+            "wrong": [f"{think}<solution>SELECT 1</solution>"],
+            "failing": [f"{think}<solution>SELECT * FROM nowhere</solution>"],
+            "refused write": [f"{think}<solution>DELETE FROM {q['db_id']}</solution>"],
+            "no think": [f"<solution>{gold}</solution>"],
+            "no think after observation": [f"{think}<sql>SELECT 1</sql>", f"<solution>{gold}</solution>"],
+            "tag inside solution": [f"{think}<solution><think>x</think>{gold}</solution>"],
+            "two solutions": [f"{think}<solution>{gold}</solution><solution>{gold}</solution>"],
+            "turn limit": [f"{think}<sql>SELECT 1</sql>"] * 5,
+        }
+        if "LIMIT" not in gold and "ORDER" not in gold:
+            variants["duplicated rows"] = [f"{think}<solution>{bare} UNION ALL {bare}</solution>"]
+        for name, actions in variants.items():
+            cases.append({"id": q["id"], "case": name, "db_id": q["db_id"], "gold": gold, "actions": actions})
+    return cases
+
+
+def our_rewards(cases: list[dict], db_path: Path) -> list[float]:
+    rewards = []
+    for case in cases:
+        extras = {"db_id": case["db_id"], "data": "spider", "reward_spec": {"ground_truth": case["gold"]}}
+        env = skyrl_gym.make("text2sql", env_config={"db_path": str(db_path)}, extras=extras)
+        env.init([{"role": "user", "content": "q"}])
+        for action in case["actions"]:
+            out = env.step(action)
+            if out.done:
+                break
+        rewards.append(out.reward)
+    return rewards
+
+
+def published_rewards(py: Path, cases: list[dict], db_path: Path, workdir: Path) -> list[float]:
+    spec_file = workdir / "parity.json"
+    spec_file.write_text(json.dumps({"db_path": str(db_path), "cases": cases}))
+    driver = workdir / "parity_driver.py"
+    driver.write_text(PARITY_DRIVER)
+    proc = subprocess.run(
+        [str(py), str(driver), str(spec_file)], capture_output=True, text=True, timeout=1800, cwd=workdir
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"published parity driver failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout)
 
 
 def _queries(db_dir: Path) -> dict[str, list[str]]:
@@ -214,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-published", action="store_true")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each; the fastest total counts")
+    parser.add_argument(
+        "--parity",
+        action="store_true",
+        help="also compare rewards with the published env on right, wrong and malformed trajectories",
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench-text2sql-") as tmp:
@@ -261,6 +344,20 @@ def main(argv: list[str] | None = None) -> int:
                 published = min((times for times, _ in runs), key=sum)
                 print(_summary("published", published, sum(raw)))
                 print(f"(published observations reporting an error: {runs[0][1]} of {len(published)})")
+                if args.parity:
+                    cases = parity_cases()
+                    ours_r = our_rewards(cases, db_path)
+                    theirs = published_rewards(py, cases, db_path, workdir)
+                    differ = [
+                        (c["id"], c["case"], a, b)
+                        for c, a, b in zip(cases, ours_r, theirs, strict=True)
+                        if a != b
+                    ]
+                    print(
+                        f"reward parity: {len(cases)} trajectories, {len(differ)} rewards differ from the published env"
+                    )
+                    for item in differ[:10]:
+                        print("  differs:", item)
         ratio = sum(ours) / sum(raw)
         print(f"ours / raw = {ratio:.2f} (goal <= 1.5: {'met' if ratio <= 1.5 else 'NOT met'})")
         if published is not None:
