@@ -20,6 +20,11 @@ def _register_builtins() -> None:
             "skyrl_gym.envs.math.gsm8k:GSM8KMultiTurnEnv",
             "Grade-school math with feedback and retries, per-turn reward",
         ),
+        (
+            "text2sql",
+            "skyrl_gym.envs.sql.env:Text2SQLEnv",
+            "Text-to-SQL in several turns (SkyRL-SQL) on a read-only SQLite sandbox",
+        ),
     ]
     for env_id, entry_point, description in builtins:
         register(env_id, entry_point, description=description, source="builtin")
