@@ -43,7 +43,11 @@ def _run(args: argparse.Namespace) -> int:
     if result.baseline is not None and result.final is not None:
         se = (result.baseline.success_se**2 + result.final.success_se**2) ** 0.5
         gain = result.final.success - result.baseline.success
-        print(f"gain            {gain:+.3f} ({gain / se:.1f} standard errors)" if se > 0 else f"gain {gain:+.3f}")
+        print(
+            f"gain            {gain:+.3f} ({gain / se:.1f} standard errors)"
+            if se > 0
+            else f"gain {gain:+.3f}"
+        )
     if result.plot is not None:
         print(f"plot            {result.plot}")
     return 0
