@@ -20,6 +20,11 @@ def _register_builtins() -> None:
             "skyrl_gym.envs.math.gsm8k:GSM8KMultiTurnEnv",
             "Grade-school math with feedback and retries, per-turn reward",
         ),
+        (
+            "search",
+            "skyrl_gym.envs.search.env:SearchEnv",
+            "Retrieval QA: <search> a BM25 index or a Search-R1 server, <answer> graded by exact match",
+        ),
     ]
     for env_id, entry_point, description in builtins:
         register(env_id, entry_point, description=description, source="builtin")
