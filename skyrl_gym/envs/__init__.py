@@ -25,6 +25,11 @@ def _register_builtins() -> None:
             "skyrl_gym.envs.search.env:SearchEnv",
             "Retrieval QA: <search> a BM25 index or a Search-R1 server, <answer> graded by exact match",
         ),
+        (
+            "judge_qa",
+            "skyrl_gym.envs.judge.env:JudgeQAEnv",
+            "Open questions graded by an LLM judge through LiteLLM (offline: a string-match judge)",
+        ),
     ]
     for env_id, entry_point, description in builtins:
         register(env_id, entry_point, description=description, source="builtin")
