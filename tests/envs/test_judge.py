@@ -244,3 +244,17 @@ def test_check_env_passes_with_the_llm_judge(server):
         lambda: skyrl_gym.make("judge_qa", env_config=_cfg(server), extras=dict(example.extras))
     )
     assert "good actions earn reward" in report.checks and len(server.requests) >= 5
+
+
+def test_ground_truth_from_parquet_and_omegaconf_configs(server):
+    np = pytest.importorskip("numpy")
+    truth = {"reference": REFERENCE, "accept": np.array(["oxygen", "O2"], dtype=object)}
+    env = skyrl_gym.make(
+        "judge_qa", env_config={"judge": "exact"}, extras={"reward_spec": {"ground_truth": truth}}
+    )
+    assert env.accept == ("oxygen", "O2")
+    omegaconf = pytest.importorskip("omegaconf")
+    cfg = omegaconf.OmegaConf.create(_cfg(server, verdict="binary"))
+    env = skyrl_gym.make("judge_qa", env_config=cfg, extras={"reward_spec": {"ground_truth": REFERENCE}})
+    env.init([{"role": "user", "content": QUESTION}])
+    assert env.step("oxygen").reward == 1.0 and env.config.judge_model == "openai/stub-judge"

@@ -388,3 +388,15 @@ def test_check_env_passes_on_the_remote_retriever(server):
         lambda: skyrl_gym.make("search", env_config=_remote(server.url), extras=dict(example.extras))
     )
     assert "good actions earn reward" in report.checks and server.requests
+
+
+def test_targets_as_loaded_from_parquet_and_omegaconf():
+    np = pytest.importorskip("numpy")
+    env = _env(np.array(["Harrowby", "Harrowby town"], dtype=object))
+    assert env.targets == ["Harrowby", "Harrowby town"]
+    omegaconf = pytest.importorskip("omegaconf")
+    extras = omegaconf.OmegaConf.create({"reward_spec": {"ground_truth": {"target": ["Pellmouth"]}}})
+    cfg = omegaconf.OmegaConf.create({"topk": 2, "max_turns": 2})
+    env = skyrl_gym.make("search", env_config=cfg, extras=extras)
+    assert env.targets == ["Pellmouth"] and env.topk == 2 and env.max_turns == 2
+    assert len(env.step("<search>capital of Veloria</search>").metadata["hits"]) == 2

@@ -62,7 +62,8 @@ def _ground_truth(extras: Any) -> tuple[str, tuple[str, ...]]:
     if isinstance(truth, str) and truth.strip():
         return truth, ()
     if hasattr(truth, "get") and isinstance(truth.get("reference"), str):
-        return truth["reference"], tuple(str(a) for a in (truth.get("accept") or ()))
+        accept = truth.get("accept")
+        return truth["reference"], () if accept is None else tuple(str(a) for a in accept)
     raise ConfigError(
         "judge_qa needs extras={'reward_spec': {'ground_truth': {'reference': '...', 'accept': [...]}}} "
         "(or a reference string); rows from skyrl_gym.envs.judge.load_bundled_rows() have it"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -90,9 +91,11 @@ def _targets(extras: Any) -> list[str]:
         truth = None
     if isinstance(truth, dict) or hasattr(truth, "get"):
         truth = truth.get("target")
+    if hasattr(truth, "tolist"):  # a numpy array, as parquet datasets load Search-R1's targets
+        truth = truth.tolist()
     if isinstance(truth, str):
         return [truth]
-    if isinstance(truth, (list, tuple)) and truth and all(isinstance(t, str) for t in truth):
+    if isinstance(truth, Sequence) and len(truth) > 0 and all(isinstance(t, str) for t in truth):
         return list(truth)
     raise ConfigError(
         "search needs extras={'reward_spec': {'ground_truth': {'target': 'answer' or ['answer', ...]}}}; "
