@@ -4,22 +4,19 @@ The LLM judge sends a rubric, the question, the reference answer and the model's
 ``max_answer_chars``, NUL bytes removed, inside ``<<<``/``>>>`` delimiters), then reads the last
 ``VERDICT: CORRECT|INCORRECT`` (or ``SCORE: n``, 0-10) in the reply. Timeouts, connection errors,
 429 and 5xx are retried with exponential backoff and full jitter; other 4xx and unparsable replies
-are not. What still fails raises :class:`JudgeError`. LiteLLM's own retries (and the OpenAI
-client's) are turned off so that ``max_retries`` is the whole retry budget.
-
-``litellm`` is imported on first use (the ``litellm`` extra), with
-``LITELLM_LOCAL_MODEL_COST_MAP=True`` so that the import fetches nothing from the network.
+are not (see :mod:`skyrl_gym.envs.judge._llm`). What still fails raises :class:`JudgeError`.
+``litellm`` is imported on first use (the ``litellm`` extra).
 """
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
+from skyrl_gym.envs.judge._llm import ChatClient, ChatSettings
 from skyrl_gym.envs.judge.types import JudgeConfig, JudgeError, JudgeErrorKind, Verdict
 from skyrl_gym.envs.search.env import normalize_answer
 from skyrl_gym.tools import truncate_middle
@@ -101,48 +98,6 @@ class ExactJudge:
         return Verdict(False, 0.0, "exact: no reference phrase in the answer")
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    """``exc`` and its causes (LiteLLM wraps a refused connection in an InternalServerError)."""
-    seen: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and len(seen) < 16 and cur not in seen:
-        seen.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return seen
-
-
-def _classify(exc: Exception) -> JudgeErrorKind:
-    """The kind of a LiteLLM/OpenAI exception (its cause chain included); only some are retried."""
-    chain = _chain(exc)
-    names = [type(e).__name__ for e in chain]
-    if any("Timeout" in n for n in names) or any(isinstance(e, TimeoutError) for e in chain):
-        return JudgeErrorKind.TIMEOUT
-    if any("Connect" in n for n in names) or any(isinstance(e, ConnectionError) for e in chain):
-        return JudgeErrorKind.CONNECTION
-    status = getattr(exc, "status_code", None)
-    if status == 429 or "RateLimit" in names[0]:
-        return JudgeErrorKind.RATE_LIMIT
-    if (
-        isinstance(status, int)
-        and status >= 500
-        or names[0] in ("InternalServerError", "ServiceUnavailableError")
-    ):
-        return JudgeErrorKind.SERVER
-    return JudgeErrorKind.REJECTED
-
-
-_RETRIED = frozenset(
-    {JudgeErrorKind.TIMEOUT, JudgeErrorKind.CONNECTION, JudgeErrorKind.RATE_LIMIT, JudgeErrorKind.SERVER}
-)
-
-
-def _import_litellm() -> Any:
-    from skyrl_gym.errors import require
-
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    return require("litellm", "litellm", "the LLM judge of judge_qa")
-
-
 class LiteLLMJudge:
     """An LLM judge through ``litellm.completion`` (any provider LiteLLM supports)."""
 
@@ -153,16 +108,23 @@ class LiteLLMJudge:
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        if config.judge_model is None:
+            raise ValueError("LiteLLMJudge needs config.judge_model")
         self.config = config
-        self._rng = rng or random.Random()
-        self._sleep = sleep
-        self._litellm = _import_litellm()
-
-    def _api_key(self) -> str | None:
-        key = os.environ.get(self.config.api_key_env)
-        if key is None and self.config.api_base is not None:
-            return "no-key"  # local OpenAI-compatible servers need some key in the header
-        return key
+        settings = ChatSettings(
+            model=config.judge_model,
+            api_base=config.api_base,
+            api_key_env=config.api_key_env,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            backoff_s=config.backoff_s,
+            max_backoff_s=config.max_backoff_s,
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
+        )
+        self._client = ChatClient(
+            settings, error=JudgeError, purpose="the LLM judge of judge_qa", rng=rng, sleep=sleep
+        )
 
     def grade(self, question: str, reference: str, answer: str, accept: tuple[str, ...] = ()) -> Verdict:
         cfg = self.config
@@ -170,44 +132,16 @@ class LiteLLMJudge:
         messages = build_messages(
             question, references, clean_answer(answer, cfg.max_answer_chars), cfg.verdict
         )
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                response = self._litellm.completion(
-                    model=cfg.judge_model,
-                    messages=messages,
-                    api_base=cfg.api_base,
-                    api_key=self._api_key(),
-                    timeout=cfg.timeout_s,
-                    max_tokens=cfg.max_tokens,
-                    temperature=cfg.temperature,
-                    num_retries=0,
-                    max_retries=0,
-                )
-            except Exception as exc:  # noqa: BLE001 - classified, retried or re-raised as JudgeError
-                kind = _classify(exc)
-                if kind not in _RETRIED or attempt > cfg.max_retries:
-                    raise JudgeError(
-                        f"judge {cfg.judge_model} failed after {attempt} attempt(s) ({kind}): "
-                        f"{type(exc).__name__}: {str(exc)[:300]}",
-                        kind,
-                        attempt,
-                    ) from exc
-                self._sleep(
-                    self._rng.uniform(0.0, min(cfg.max_backoff_s, cfg.backoff_s * 2 ** (attempt - 1)))
-                )
-                continue
-            reply = (response.choices[0].message.content or "") if response.choices else ""
-            parsed = parse_verdict(reply, cfg.verdict)
-            if parsed is None:
-                raise JudgeError(
-                    f"judge {cfg.judge_model} gave no {'VERDICT: CORRECT|INCORRECT' if cfg.verdict == 'binary' else 'SCORE: 0-10'} "
-                    f"line: {reply[-300:]!r}",
-                    JudgeErrorKind.UNPARSABLE,
-                    attempt,
-                )
-            return Verdict(parsed[0], parsed[1], reply, attempt)
+        reply, attempts = self._client.complete(messages)
+        parsed = parse_verdict(reply, cfg.verdict)
+        if parsed is None:
+            expected = "VERDICT: CORRECT|INCORRECT" if cfg.verdict == "binary" else "SCORE: 0-10"
+            raise JudgeError(
+                f"judge {cfg.judge_model} gave no {expected} line: {reply[-300:]!r}",
+                JudgeErrorKind.UNPARSABLE,
+                attempts,
+            )
+        return Verdict(parsed[0], parsed[1], reply, attempts)
 
 
 def make_judge(config: JudgeConfig, *, rng: random.Random | None = None) -> Judge:

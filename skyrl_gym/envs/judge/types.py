@@ -8,7 +8,17 @@ from typing import Literal
 
 from skyrl_gym.errors import ConfigError, SkyRLError
 
-__all__ = ["JudgeConfig", "JudgeKind", "VerdictFormat", "Verdict", "JudgeError", "JudgeErrorKind"]
+__all__ = [
+    "JudgeConfig",
+    "JudgeKind",
+    "VerdictFormat",
+    "Verdict",
+    "LLMCallError",
+    "LLMErrorKind",
+    "JudgeError",
+    "JudgeErrorKind",
+    "SimulatedUserError",
+]
 
 #: ``llm``: an LLM judge through LiteLLM. ``exact``: an offline string-match judge (deterministic).
 JudgeKind = Literal["llm", "exact"]
@@ -79,8 +89,8 @@ class Verdict:
     """Requests made to get it (1 plus retries)."""
 
 
-class JudgeErrorKind(StrEnum):
-    """Why a judge gave no verdict."""
+class LLMErrorKind(StrEnum):
+    """Why a model call (a judge, a simulated user) gave no usable reply."""
 
     CONNECTION = "connection"
     TIMEOUT = "timeout"
@@ -92,15 +102,27 @@ class JudgeErrorKind(StrEnum):
     """The reply held no verdict in the expected format: not retried."""
 
 
-class JudgeError(SkyRLError, RuntimeError):
-    """The judge failed (after retries where they apply): an infrastructure failure.
+JudgeErrorKind = LLMErrorKind
+"""The kinds of :class:`JudgeError` (the same as :class:`LLMErrorKind`)."""
 
-    ``env.step`` raises it so the runtime records the failure and masks the episode; it is never
-    turned into a reward of 0."""
 
-    def __init__(self, message: str, kind: str = JudgeErrorKind.SERVER, attempts: int = 0) -> None:
+class LLMCallError(SkyRLError, RuntimeError):
+    """A model call that an env depends on failed (after retries where they apply): an
+    infrastructure failure. ``env.step`` raises it so that the runtime records the failure and
+    masks the episode; it is never turned into a reward of 0."""
+
+    def __init__(self, message: str, kind: str = LLMErrorKind.SERVER, attempts: int = 0) -> None:
         super().__init__(message)
-        self.kind, self.attempts = JudgeErrorKind(kind), attempts
+        self.kind, self.attempts = LLMErrorKind(kind), attempts
 
     def __reduce__(self):  # noqa: ANN204 - pickles with its fields
         return (self.__class__, (self.args[0], str(self.kind), self.attempts))
+
+
+class JudgeError(LLMCallError):
+    """The judge gave no verdict: it failed after retries, refused the request, or its reply held
+    no verdict line."""
+
+
+class SimulatedUserError(LLMCallError):
+    """The simulated user's model failed after retries or refused the request."""
