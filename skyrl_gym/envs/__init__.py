@@ -30,6 +30,11 @@ def _register_builtins() -> None:
             "skyrl_gym.envs.judge.env:JudgeQAEnv",
             "Open questions graded by an LLM judge through LiteLLM (offline: a string-match judge)",
         ),
+        (
+            "ask_user",
+            "skyrl_gym.envs.judge.simulated_user:AskUserEnv",
+            "Ask a simulated user (LiteLLM or offline rules) for missing facts, then answer",
+        ),
     ]
     for env_id, entry_point, description in builtins:
         register(env_id, entry_point, description=description, source="builtin")

@@ -1,4 +1,5 @@
-"""``judge_qa``: open questions graded by an LLM judge through LiteLLM.
+"""Envs that call a model: ``judge_qa`` (an LLM judge gives the reward) and ``ask_user`` (a
+simulated user gives the user turns), both through LiteLLM.
 
 Judge failures are infrastructure failures (:class:`JudgeError`), recorded and raised, never a
 reward of 0. ``judge="exact"`` grades offline by string match.
@@ -15,10 +16,27 @@ from skyrl_gym.envs.judge.judges import (
     make_judge,
     parse_verdict,
 )
-from skyrl_gym.envs.judge.types import JudgeConfig, JudgeError, JudgeErrorKind, Verdict
+from skyrl_gym.envs.judge.simulated_user import AskUserEnv, generate_ask_user_rows, scripted_reply
+from skyrl_gym.envs.judge.types import (
+    JudgeConfig,
+    JudgeError,
+    JudgeErrorKind,
+    LLMCallError,
+    LLMErrorKind,
+    SimulatedUserConfig,
+    SimulatedUserError,
+    Verdict,
+)
 
 __all__ = [
     "RUBRIC",
+    "AskUserEnv",
+    "LLMCallError",
+    "LLMErrorKind",
+    "SimulatedUserConfig",
+    "SimulatedUserError",
+    "generate_ask_user_rows",
+    "scripted_reply",
     "ExactJudge",
     "Judge",
     "JudgeConfig",

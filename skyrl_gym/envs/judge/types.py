@@ -18,7 +18,12 @@ __all__ = [
     "JudgeError",
     "JudgeErrorKind",
     "SimulatedUserError",
+    "SimulatedUserConfig",
+    "UserKind",
 ]
+
+#: ``scripted``: an offline user that answers from keyword rules. ``llm``: a model through LiteLLM.
+UserKind = Literal["scripted", "llm"]
 
 #: ``llm``: an LLM judge through LiteLLM. ``exact``: an offline string-match judge (deterministic).
 JudgeKind = Literal["llm", "exact"]
@@ -72,6 +77,49 @@ class JudgeConfig:
         if self.timeout_s <= 0 or self.max_retries < 0 or self.max_answer_chars < 16 or self.max_tokens < 1:
             raise ConfigError(
                 "timeout_s must be > 0, max_retries >= 0, max_answer_chars >= 16, max_tokens >= 1"
+            )
+
+
+@dataclass(frozen=True)
+class SimulatedUserConfig:
+    """Who plays the user in ``ask_user``. Built from ``env_config`` by the env (same key names)."""
+
+    user: UserKind = "scripted"
+    """``scripted`` (offline, deterministic: replies with every private fact whose keywords the
+    assistant's message mentions) or ``llm`` (needs ``user_model``)."""
+    user_model: str | None = None
+    """LiteLLM model name of the simulated user, e.g. ``openai/<name>``."""
+    api_base: str | None = None
+    """Base URL of an OpenAI-compatible server; ``None`` uses the provider's hosted API."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable holding the API key."""
+    timeout_s: float = 30.0
+    """Deadline of one request, seconds."""
+    max_retries: int = 3
+    """Retries after the first request, on timeouts, connection errors, 429 and 5xx only."""
+    backoff_s: float = 0.5
+    """First backoff; doubles each retry, with full jitter."""
+    max_backoff_s: float = 8.0
+    """Cap on one backoff."""
+    max_tokens: int = 128
+    """Most tokens a user reply may have."""
+    temperature: float = 0.0
+    """Sampling temperature of the simulated user."""
+    max_message_chars: int = 2000
+    """Each assistant message is cut (middle elided) to this many characters before the user
+    model sees it."""
+
+    def __post_init__(self) -> None:
+        if self.user not in ("scripted", "llm"):
+            raise ConfigError(f"unknown user {self.user!r}; use 'scripted' or 'llm'")
+        if self.user == "llm" and not self.user_model:
+            raise ConfigError(
+                "user='llm' needs env_config['user_model'] (e.g. 'openai/<name>' with api_base "
+                "'http://127.0.0.1:8000/v1'); user='scripted' answers offline from keyword rules"
+            )
+        if self.timeout_s <= 0 or self.max_retries < 0 or self.max_message_chars < 16 or self.max_tokens < 1:
+            raise ConfigError(
+                "timeout_s must be > 0, max_retries >= 0, max_message_chars >= 16, max_tokens >= 1"
             )
 
 
