@@ -25,13 +25,15 @@ def token_logprobs(
     attention_mask_BT: torch.Tensor,
     *,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
     bf16: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``logprobs_BT[b, t] = log p(input_ids[b, t] | input_ids[b, :t])`` (0 at ``t = 0``).
 
     Computed in float32 from the logits, in chunks, never materializing ``B x T x V`` float32
     buffers (under bf16 autocast the matmuls run in bf16). With ``with_entropy`` also returns
-    the entropy of each position's next-token distribution, aligned the same way. Gradients flow
+    the entropy of each position's next-token distribution, aligned the same way (carrying a
+    gradient only with ``entropy_grad``). Gradients flow
     unless called under ``torch.no_grad``.
     """
     with autocast_context(bf16, input_ids_BT.device):
@@ -39,5 +41,8 @@ def token_logprobs(
     logits_BTV = logits_BTV[:, :-1]  # B x (T-1) x V: predicts tokens 1..T-1
     picked_BT = token_logprobs_from_logits(logits_BTV, input_ids_BT[:, 1:])  # B x (T-1), float32
     logprobs_BT = F.pad(picked_BT, (1, 0))  # B x T, position 0 has no prediction
-    entropy_BT = F.pad(entropy_from_logits(logits_BTV), (1, 0)) if with_entropy else None  # B x T
+    entropy_BT = None
+    if with_entropy:  # with gradient only when asked (an entropy bonus); else just for logging
+        source_BTV = logits_BTV if entropy_grad else logits_BTV.detach()
+        entropy_BT = F.pad(entropy_from_logits(source_BTV), (1, 0))  # B x T
     return logprobs_BT, entropy_BT

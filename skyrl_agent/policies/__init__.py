@@ -1,0 +1,8 @@
+"""Policies behind one protocol (:class:`skyrl_agent.types.Policy`): token ids in, token ids and
+logprobs out.
+
+* :class:`~skyrl_agent.policies.hf.HFPolicy`: a local transformers model (CPU or GPU).
+* :class:`~skyrl_agent.policies.fake.ScriptedPolicy`: scripted replies for tests and benchmarks.
+
+Import them from their modules (``skyrl_agent.policies.hf`` imports torch).
+"""

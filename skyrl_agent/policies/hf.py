@@ -1,0 +1,285 @@
+"""A local Hugging Face transformers policy (CPU or GPU): token ids in, token ids and logprobs out.
+
+Generation is our own loop over ``model(...)`` with a KV cache, so it returns the exact
+log-probability of each sampled token under the model's raw distribution (temperature 1, no
+filters): the quantity the trainer's importance ratio needs. See :mod:`skyrl_agent.types`.
+
+Concurrent ``generate`` calls (many episodes, each asking for one turn) are gathered by a
+micro-batcher: requests that arrive within ``batch_wait_s`` of each other, up to
+``max_batch_size``, run as one left-padded batch. On a CPU a batch of 8 gives about 3.5x the
+tokens per second of one sequence. Rows leave the batch as soon as they finish.
+
+Weight updates from the trainer (:meth:`HFPolicy.update_weights`) wait for the running batch
+and copy tensors in place, so the next batch samples from the new weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import os
+import random
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from skyrl_agent.models import BUNDLED_MODEL, load_model_and_tokenizer
+from skyrl_agent.policies._sampling import sample_rows
+from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, SamplingParams
+from skyrl_gym.errors import ConfigError
+
+__all__ = ["HFPolicy"]
+
+
+def _cache_of(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+class HFPolicy:
+    """Batched sampling from a local causal LM.
+
+    Args:
+        model: a transformers causal LM (``LlamaForCausalLM``, ``Qwen2ForCausalLM``...).
+        tokenizer: its tokenizer.
+        max_batch_size: most rows in one model call.
+        batch_wait_s: how long the micro-batcher waits for more requests before a batch starts.
+        seed: seeds the generator used by requests without their own seed.
+        autocast_bf16: run the model under bf16 autocast (on this CPU about 25% faster
+            generation); logits are turned back into float32 before sampling, so logprobs are
+            float32 log-softmaxes of bf16-computed logits.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch_size: int = 32,
+        batch_wait_s: float = 0.005,
+        seed: int = 0,
+        autocast_bf16: bool = False,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.batch_wait_s = batch_wait_s
+        self.autocast_bf16 = autocast_bf16
+        self.device = next(model.parameters()).device
+        eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if tokenizer.eos_token_id is not None:
+            eos_ids.add(tokenizer.eos_token_id)
+        self.eos_token_ids: frozenset[int] = frozenset(int(e) for e in eos_ids)
+        pad = (
+            tokenizer.pad_token_id
+            if tokenizer.pad_token_id is not None
+            else min(self.eos_token_ids, default=0)
+        )
+        self.pad_token_id = int(pad)
+        self.weights_version = 0
+        params = inspect.signature(model.forward).parameters
+        # transformers >= 5.2x renamed `past_key_values` to `cache`.
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()  # one batch or weight update at a time
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-policy")
+        self._pending: list[tuple[GenerateRequest, asyncio.Future[GenerateOutput]]] = []
+        self._worker: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str] = BUNDLED_MODEL,
+        *,
+        dtype: str = "float32",
+        device: str = "cpu",
+        **kw: Any,
+    ) -> HFPolicy:
+        """Load ``path`` (a local directory or :data:`~skyrl_agent.models.BUNDLED_MODEL`)."""
+        model, tok = load_model_and_tokenizer(path, dtype=dtype, device=device)
+        return cls(model, tok, **kw)
+
+    # ------------------------------------------------------------------ async API
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateOutput]:
+        """Generate for ``requests``; concurrent calls are batched together.
+
+        Use from one event loop at a time."""
+        loop = asyncio.get_running_loop()
+        futures = []
+        for req in requests:
+            fut: asyncio.Future[GenerateOutput] = loop.create_future()
+            self._pending.append((req, fut))
+            futures.append(fut)
+        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
+            self._worker = loop.create_task(self._drain())
+        return list(await asyncio.gather(*futures))
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            if len(self._pending) < self.max_batch_size:
+                await asyncio.sleep(self.batch_wait_s)  # let concurrent episodes join the batch
+            batch = self._pending[: self.max_batch_size]
+            del self._pending[: len(batch)]
+            batch = [(r, f) for r, f in batch if not f.cancelled()]
+            if not batch:
+                continue
+            try:
+                outs = await loop.run_in_executor(self._executor, self.generate_sync, [r for r, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - handed to every waiting caller
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+            else:
+                for (_, fut), out in zip(batch, outs, strict=True):
+                    if not fut.done():
+                        fut.set_result(out)
+
+    # ------------------------------------------------------------------ sync API
+    def generate_sync(self, requests: Sequence[GenerateRequest]) -> list[GenerateOutput]:
+        """Generate for ``requests`` in the calling thread (in chunks of ``max_batch_size``)."""
+        outs: list[GenerateOutput] = []
+        for i in range(0, len(requests), self.max_batch_size):
+            with self._lock, self._autocast():
+                outs.extend(self._generate_batch(list(requests[i : i + self.max_batch_size])))
+        return outs
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if not self.autocast_bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    @torch.inference_mode()
+    def _generate_batch(self, requests: list[GenerateRequest]) -> list[GenerateOutput]:
+        B = len(requests)
+        if B == 0:
+            return []
+        for r in requests:
+            if len(r.prompt_ids) == 0:
+                raise ConfigError("a GenerateRequest needs at least one prompt token")
+        params: list[SamplingParams] = [r.sampling for r in requests]
+        generators = []
+        for p in params:
+            g = torch.Generator(device=self.device)
+            g.manual_seed(p.seed if p.seed is not None else self._rng.getrandbits(63))
+            generators.append(g)
+
+        lengths = [len(r.prompt_ids) for r in requests]
+        T = max(lengths)
+        input_ids_BT = torch.full((B, T), self.pad_token_id, dtype=torch.long)
+        attn_BT = torch.zeros((B, T), dtype=torch.long)
+        for i, r in enumerate(requests):  # left padding: every row's last token is at T-1
+            input_ids_BT[i, T - lengths[i] :] = torch.as_tensor(list(r.prompt_ids), dtype=torch.long)
+            attn_BT[i, T - lengths[i] :] = 1
+        input_ids_BT, attn_BT = input_ids_BT.to(self.device), attn_BT.to(self.device)
+        pos_BT = (attn_BT.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=input_ids_BT,
+            attention_mask=attn_BT,
+            position_ids=pos_BT,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = _cache_of(out)
+        logits_BV = out.logits[:, -1, :].float()
+        next_pos_B = pos_BT[:, -1] + 1
+
+        new_ids: list[list[int]] = [[] for _ in range(B)]
+        new_lps: list[list[float]] = [[] for _ in range(B)]
+        finish: list[FinishReason | None] = [None] * B
+        matched: list[str | int | None] = [None] * B
+        active = list(range(B))  # rows of the original batch still in the model batch, in order
+        while active:
+            tokens_A, lps_A = sample_rows(
+                logits_BV, [params[i] for i in active], [generators[i] for i in active]
+            )
+            tokens, lps = tokens_A.tolist(), lps_A.tolist()
+            keep = []
+            for j, i in enumerate(active):
+                tok, p = tokens[j], params[i]
+                new_ids[i].append(tok)
+                new_lps[i].append(lps[j])
+                if tok in self.eos_token_ids or tok in p.stop_token_ids:
+                    finish[i], matched[i] = FinishReason.STOP, tok
+                elif p.stop and (hit := self._find_stop(new_ids[i], p.stop)) is not None:
+                    finish[i], matched[i] = FinishReason.STOP, hit
+                elif len(new_ids[i]) >= p.max_tokens:
+                    finish[i] = FinishReason.LENGTH
+                else:
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(active):  # drop finished rows from the batch and the cache
+                idx = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(idx)
+                attn_BT, next_pos_B, tokens_A = attn_BT[idx], next_pos_B[idx], tokens_A[idx]
+                active = [active[j] for j in keep]
+            attn_BT = torch.cat([attn_BT, attn_BT.new_ones((len(active), 1))], dim=1)
+            out = self.model(
+                input_ids=tokens_A[:, None],
+                attention_mask=attn_BT,
+                position_ids=next_pos_B[:, None],
+                use_cache=True,
+                **{self._cache_kwarg: cache},
+            )
+            cache = _cache_of(out)
+            logits_BV = out.logits[:, -1, :].float()
+            next_pos_B = next_pos_B + 1
+
+        results = []
+        for i in range(B):
+            ids = new_ids[i]
+            text_ids = ids[:-1] if ids and ids[-1] in self.eos_token_ids else ids
+            results.append(
+                GenerateOutput(
+                    token_ids=ids,
+                    logprobs=new_lps[i] if params[i].logprobs else None,
+                    finish_reason=finish[i] or FinishReason.LENGTH,
+                    text=self.tokenizer.decode(text_ids, skip_special_tokens=False),
+                    matched_stop=matched[i],
+                )
+            )
+        return results
+
+    def _find_stop(self, ids: list[int], stops: tuple[str, ...]) -> str | None:
+        # Decode a tail long enough to hold the longest stop string (a token is >= 1 char,
+        # except partial UTF-8 bytes, hence the margin).
+        tail = ids[-(max(len(s) for s in stops) + 4) :]
+        text = self.tokenizer.decode(tail, skip_special_tokens=False)
+        return next((s for s in stops if s in text), None)
+
+    # ------------------------------------------------------------------ weights
+    def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
+        """Copy ``state_dict`` into the model in place (between batches); returns tensors updated.
+
+        Names must match ``model.state_dict()``; a subset is fine (e.g. only trained layers).
+        """
+        own = self.model.state_dict()
+        unknown = [k for k in state_dict if k not in own]
+        if unknown:
+            raise ConfigError(
+                f"update_weights: unknown parameter names {unknown[:5]}; expected names like {list(own)[:3]}"
+            )
+        for k, v in state_dict.items():
+            if tuple(v.shape) != tuple(own[k].shape):
+                raise ConfigError(
+                    f"update_weights: {k} has shape {tuple(v.shape)}, model has {tuple(own[k].shape)}"
+                )
+        with self._lock, torch.no_grad():
+            for k, v in state_dict.items():
+                own[k].copy_(v.to(own[k].device, own[k].dtype))
+            self.weights_version += 1
+        return len(state_dict)
+
+    load_state_dict = update_weights
+
+    def close(self) -> None:
+        """Stop the worker thread. Idempotent."""
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,349 @@
+"""Data types of the agent runtime: what a policy takes and returns, and what an episode yields.
+
+The contract between the runtime and the trainer is :class:`Trajectory`: token ids, a loss mask,
+the logprobs the sampler saw, and rewards placed at token positions. The trainer never
+re-tokenizes text; the ids in ``prompt_ids + response_ids`` are exactly what the policy was fed
+and what it sampled.
+
+Conventions (every producer in this package keeps them):
+
+* ``len(response_ids) == len(loss_mask) == len(token_rewards)`` and, when present,
+  ``len(rollout_logprobs) == len(response_ids)``.
+* ``loss_mask[i] == 1`` exactly for tokens the policy sampled; observation and template tokens
+  appended by the runtime have mask 0 (and logprob 0.0).
+* ``rollout_logprobs[i]`` is the log-probability of the sampled token under the policy's raw
+  distribution at temperature 1 (``log_softmax(logits)``, before temperature, top-k or top-p).
+  That is the quantity a PPO/GRPO importance ratio needs. ``None`` when the policy cannot give
+  logprobs (a chat-level API model).
+* ``token_rewards[i]`` is zero except at the last generated token of each turn, which holds that
+  turn's reward. ``reward == sum(token_rewards)`` unless the episode has no generated token.
+* ``masked`` is True when an infrastructure failure (env crash, sandbox timeout, policy error)
+  spoiled the episode: the trainer must skip it. Such an episode is never scored as reward 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "SamplingParams",
+    "GenerateRequest",
+    "GenerateOutput",
+    "FinishReason",
+    "Policy",
+    "StopReason",
+    "Trajectory",
+    "RolloutConfig",
+    "ObservationStyle",
+]
+
+
+# --------------------------------------------------------------------------- policies
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one turn. Every policy honours these (chat-level ones as far as they can)."""
+
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy (argmax)."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches ``top_p``."""
+    top_k: int = 0
+    """Keep only the ``top_k`` most likely tokens; 0 turns the filter off."""
+    max_tokens: int = 256
+    """Most new tokens for this request."""
+    stop: tuple[str, ...] = ()
+    """Stop strings, checked on the decoded new text. The tokens that complete a stop string are
+    kept in the output (they were sampled, so they are trained on)."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Extra token ids that end generation, besides the model's end-of-sequence tokens."""
+    seed: int | None = None
+    """Seed for this request's random draws; None draws from the policy's own generator."""
+    logprobs: bool = True
+    """Return per-token logprobs of the sampled tokens (see the module docstring)."""
+
+    def __post_init__(self) -> None:
+        from skyrl_gym.errors import ConfigError
+
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ConfigError(f"top_k must be >= 0 (0 turns it off), got {self.top_k}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if isinstance(self.stop, str):
+            raise ConfigError(f"stop must be a tuple of strings, not one string: stop=({self.stop!r},)")
+        object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+
+    def with_turn(self, max_tokens: int, seed: int | None) -> SamplingParams:
+        """A copy with ``max_tokens`` and ``seed`` set, without re-validation (hot path of the
+        agent loop; ``max_tokens`` must be >= 1)."""
+        new = object.__new__(SamplingParams)
+        new.__dict__.update(self.__dict__)
+        new.__dict__["max_tokens"] = max_tokens
+        new.__dict__["seed"] = seed
+        return new
+
+    def replace(self, **changes: Any) -> SamplingParams:
+        """A copy with ``changes`` applied."""
+        import dataclasses
+
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One generation: token ids in."""
+
+    prompt_ids: Sequence[int]
+    """The whole context so far (first messages, earlier turns, observations), as token ids."""
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    """How to sample."""
+    request_id: str = ""
+    """Free-form id for logs and servers."""
+
+
+class FinishReason(StrEnum):
+    """Why one generation ended."""
+
+    STOP = "stop"
+    """An end-of-sequence token, a stop token id or a stop string was produced."""
+    LENGTH = "length"
+    """``max_tokens`` was reached."""
+    ABORT = "abort"
+    """The policy gave up (shut down, weights changing, error)."""
+
+
+@dataclass
+class GenerateOutput:
+    """One generation: token ids, logprobs and the finish reason out."""
+
+    token_ids: list[int]
+    """The sampled tokens, including a final end-of-sequence token or stop-string tokens."""
+    logprobs: list[float] | None
+    """Per sampled token: logprob under the raw (temperature 1) distribution; None if unavailable."""
+    finish_reason: FinishReason
+    """Why generation ended."""
+    text: str = ""
+    """The decoded ``token_ids`` (special tokens kept), for env parsing and logs."""
+    matched_stop: str | int | None = None
+    """The stop string or token id that ended generation, if any."""
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Token ids in, token ids and logprobs out.
+
+    ``generate`` is batched and asynchronous: pass all pending requests at once, or call it from
+    many coroutines concurrently (batching policies gather concurrent calls into one model call).
+    ``tokenizer`` is the Hugging Face tokenizer whose ids the policy reads and writes.
+    """
+
+    tokenizer: Any
+
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateOutput]:
+        """Generate one output per request, in order."""
+        ...
+
+
+# --------------------------------------------------------------------------- episodes
+class StopReason(StrEnum):
+    """Why an episode ended."""
+
+    ENV_DONE = "env_done"
+    """The env said ``done`` (task finished, or the env's own limit)."""
+    MAX_TURNS = "max_turns"
+    """The runtime's turn budget ran out."""
+    CONTEXT_LIMIT = "context_limit"
+    """The next turn would not fit in ``max_context_tokens``."""
+    DEADLINE = "deadline"
+    """The per-episode deadline passed (policy or env too slow)."""
+    ENV_ERROR = "env_error"
+    """The env raised (an infrastructure failure or env bug); the episode is masked."""
+    POLICY_ERROR = "policy_error"
+    """The policy raised; the episode is masked."""
+
+
+#: ``messages``: each observation is its own chat message (rendered by the template).
+#: ``inline``: observations are appended as plain text inside the running assistant message, so
+#: the model continues the same message (the SkyRL-SQL recipe trains this way). This needs turns
+#: that end at a stop string (e.g. ``</sql>``); a turn that ended with EOS closed the message, so
+#: its observation is rendered as a message instead.
+ObservationStyle = Literal["messages", "inline"]
+
+
+@dataclass
+class Trajectory:
+    """One episode, ready for training (see the module docstring for the invariants)."""
+
+    prompt_ids: list[int]
+    """Token ids of the first messages, rendered with the chat template and a generation prompt."""
+    response_ids: list[int]
+    """Everything after the prompt: sampled turns and appended observation tokens."""
+    loss_mask: list[int]
+    """1 where the policy sampled the token, 0 for appended observation/template tokens."""
+    rollout_logprobs: list[float] | None
+    """Raw (temperature 1) logprob of each sampled token; 0.0 at mask-0 positions; None if the
+    policy gives none."""
+    token_rewards: list[float]
+    """Per response token; each turn's reward sits at that turn's last generated token."""
+    reward: float
+    """Total reward of the episode (sum of the turn rewards)."""
+    stop_reason: StopReason
+    """Why the episode ended."""
+    num_turns: int = 0
+    """Turns the policy generated."""
+    turn_rewards: list[float] = field(default_factory=list)
+    """The env's reward for each turn, in order."""
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    """``[start, end)`` of each generated turn inside ``response_ids``."""
+    truncated_turns: int = 0
+    """Turns cut by ``max_tokens`` (finish reason ``length``)."""
+    llm_seconds: float = 0.0
+    """Wall time spent waiting for the policy."""
+    env_seconds: float = 0.0
+    """Wall time spent in ``env.init``/``env.step``."""
+    env_metrics: dict[str, Any] = field(default_factory=dict)
+    """``env.get_metrics()`` at the end of the episode."""
+    error: str | None = None
+    """What went wrong (exception type and message) when the episode failed."""
+    masked: bool = False
+    """True when an infrastructure failure spoiled the episode: train on it never."""
+    prompt_id: str = ""
+    """Id of the dataset row the episode came from."""
+    group_id: int = 0
+    """Episodes sampled from the same prompt share a group id (GRPO groups)."""
+    sample_index: int = 0
+    """Index of this sample inside its group."""
+    env_id: str = ""
+    """Registered id of the env."""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The conversation as text, for viewing only (training uses the ids)."""
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def input_ids(self) -> list[int]:
+        """``prompt_ids + response_ids``: the whole sequence the trainer scores."""
+        return self.prompt_ids + self.response_ids
+
+    @property
+    def num_generated_tokens(self) -> int:
+        """Number of tokens the policy sampled (mask 1)."""
+        return sum(self.loss_mask)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` if the invariants of the module docstring do not hold."""
+        n = len(self.response_ids)
+        if len(self.loss_mask) != n or len(self.token_rewards) != n:
+            raise ValueError(
+                f"lengths differ: response_ids {n}, loss_mask {len(self.loss_mask)}, "
+                f"token_rewards {len(self.token_rewards)}"
+            )
+        if self.rollout_logprobs is not None and len(self.rollout_logprobs) != n:
+            raise ValueError(f"rollout_logprobs has {len(self.rollout_logprobs)} entries for {n} tokens")
+        if any(m not in (0, 1) for m in self.loss_mask):
+            raise ValueError("loss_mask must hold only 0 and 1")
+        for start, end in self.turn_spans:
+            if not 0 <= start <= end <= n or any(self.loss_mask[i] != 1 for i in range(start, end)):
+                raise ValueError(f"turn span {(start, end)} is not a run of generated tokens")
+
+    # ------------------------------------------------------------------ serialization
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (enums become strings, tuples lists)."""
+        d = asdict(self)
+        d["stop_reason"] = str(self.stop_reason)
+        d["turn_spans"] = [list(s) for s in self.turn_spans]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Trajectory:
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown Trajectory fields {sorted(unknown)}")
+        kw = dict(d)
+        kw["stop_reason"] = StopReason(kw["stop_reason"])
+        kw["turn_spans"] = [tuple(s) for s in kw.get("turn_spans", [])]
+        return cls(**kw)
+
+    def to_json(self) -> str:
+        """One JSON line."""
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, line: str) -> Trajectory:
+        """Inverse of :meth:`to_json`."""
+        return cls.from_dict(json.loads(line))
+
+
+# --------------------------------------------------------------------------- configuration
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Budgets and knobs of the agent loop and the rollout engine (pickles; builds nothing)."""
+
+    max_turns: int = 8
+    """Most policy turns per episode (the env may end sooner)."""
+    max_tokens_per_turn: int = 256
+    """Most new tokens per turn (overrides ``sampling.max_tokens``)."""
+    max_context_tokens: int = 4096
+    """Most tokens in ``prompt_ids + response_ids``; a turn is cut to fit, and the episode stops
+    with ``context_limit`` when no room is left."""
+    episode_deadline_s: float = 600.0
+    """Wall-clock deadline of one episode; passing it stops the episode with ``deadline``."""
+    env_step_timeout_s: float = 60.0
+    """Deadline of one ``env.init``/``env.step`` call; passing it is an env failure (masked)."""
+    env_setup_timeout_s: float = 300.0
+    """Deadline of building one env (``skyrl_gym.make``: starting a container, building an
+    image); passing it is an infrastructure failure (masked)."""
+    observation_style: ObservationStyle = "messages"
+    """How observations join the context (see :data:`ObservationStyle`)."""
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    """Sampling parameters of every turn (``max_tokens`` is capped by the budgets)."""
+    n_samples: int = 1
+    """Episodes per prompt (a GRPO group)."""
+    concurrency: int = 16
+    """Most episodes in flight at once."""
+    env_threads: int = 16
+    """Threads that run env calls (env code is synchronous)."""
+    env_calls: Literal["thread", "inline"] = "thread"
+    """``thread``: ``env.init``/``env.step`` run in the thread pool, so a slow env never stalls
+    the other episodes, and a call past its deadline is abandoned. ``inline``: they run on the
+    event loop, saving the thread hop (tens of microseconds a call), for envs whose steps are
+    instant (string checks); a deadline is then only checked after the call returns."""
+    max_retries: int = 1
+    """Retries of an episode that failed for infrastructure reasons before it is recorded as
+    masked."""
+    seed: int = 0
+    """Base seed: episode (prompt p, sample s) samples with a seed derived from (seed, p, s), so a
+    run repeats exactly with the same seed and policy."""
+    step_wise: bool = False
+    """Also emit one training sample per turn (for agents whose history is not append-only)."""
+    keep_messages: bool = True
+    """Record the text conversation in each trajectory (for viewers)."""
+
+    def __post_init__(self) -> None:
+        from skyrl_gym.errors import ConfigError
+
+        for name in ("max_turns", "max_tokens_per_turn", "max_context_tokens", "n_samples", "concurrency"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"RolloutConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.env_threads < 1:
+            raise ConfigError(f"RolloutConfig.env_threads must be >= 1, got {self.env_threads}")
+        if min(self.episode_deadline_s, self.env_step_timeout_s, self.env_setup_timeout_s) <= 0:
+            raise ConfigError("deadlines must be positive seconds")
+        if self.observation_style not in ("messages", "inline"):
+            raise ConfigError(
+                f"unknown observation_style {self.observation_style!r}; use 'messages' or 'inline'"
+            )
+        if self.env_calls not in ("thread", "inline"):
+            raise ConfigError(f"unknown env_calls {self.env_calls!r}; use 'thread' or 'inline'")
+        if self.max_retries < 0:
+            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")

@@ -1,0 +1,33 @@
+"""Fixtures of the runtime tests: the SmolLM2 tokenizer and a tiny random model that uses it."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from skyrl_agent.models import load_tokenizer
+
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny(tokenizer):
+    """(model, tokenizer): a 2-layer random Llama with the SmolLM2 vocabulary."""
+    import torch
+
+    from skyrl_agent.models import tiny_random_model
+
+    torch.set_num_threads(2)
+    return tiny_random_model(tokenizer)
+
+
+@pytest.fixture
+def tiny_policy(tiny):
+    from skyrl_agent.policies.hf import HFPolicy
+
+    model, tok = tiny
+    policy = HFPolicy(model, tok, seed=0)
+    yield policy
+    policy.close()

@@ -1,0 +1,118 @@
+import asyncio
+
+import pytest
+import torch
+
+from skyrl_agent.policies.hf import HFPolicy
+from skyrl_agent.types import FinishReason, GenerateRequest, SamplingParams
+
+
+def _full_logprobs(model, prompt, new):
+    ids = torch.tensor([list(prompt) + list(new)])
+    with torch.no_grad():
+        lp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+    return lp[len(prompt) - 1 :].gather(1, ids[0, len(prompt) :, None])[:, 0]
+
+
+def test_logprobs_are_raw_model_logprobs_and_batching_matches_single(tiny, tiny_policy):
+    model, tok = tiny
+    ids = tok.encode("The quick brown fox jumps over the lazy dog")
+    reqs = [
+        GenerateRequest(ids[: 2 + 3 * i], SamplingParams(max_tokens=12, seed=i, temperature=0.7, top_k=50))
+        for i in range(4)
+    ]
+    batched = tiny_policy.generate_sync(reqs)
+    for req, out in zip(reqs, batched, strict=True):
+        single = tiny_policy.generate_sync([req])[0]
+        assert single.token_ids == out.token_ids  # left padding does not change the sample
+        assert len(out.logprobs) == len(out.token_ids) == 12
+        assert out.finish_reason == FinishReason.LENGTH
+        ref = _full_logprobs(model, req.prompt_ids, out.token_ids)
+        # temperature 0.7 sampled the token, but the returned logprob is at temperature 1
+        assert torch.allclose(ref, torch.tensor(out.logprobs), atol=1e-4)
+
+
+def test_seeds_repeat_and_differ(tiny_policy, tokenizer):
+    ids = tokenizer.encode("Once upon a time")
+    a = tiny_policy.generate_sync([GenerateRequest(ids, SamplingParams(max_tokens=16, seed=5))])[0]
+    b = tiny_policy.generate_sync([GenerateRequest(ids, SamplingParams(max_tokens=16, seed=5))])[0]
+    c = tiny_policy.generate_sync([GenerateRequest(ids, SamplingParams(max_tokens=16, seed=6))])[0]
+    assert a.token_ids == b.token_ids
+    assert a.token_ids != c.token_ids
+
+
+def test_stop_strings_and_stop_tokens_end_generation(tiny_policy, tokenizer):
+    ids = tokenizer.encode("Once upon a time")
+    greedy = SamplingParams(max_tokens=10, temperature=0)
+    full = tiny_policy.generate_sync([GenerateRequest(ids, greedy)])[0]
+    # a stop string made of the text of tokens 3-4 (as the model writes it)
+    stop = tokenizer.decode(full.token_ids[3:5])
+    out = tiny_policy.generate_sync([GenerateRequest(ids, greedy.replace(stop=(stop,)))])[0]
+    assert out.finish_reason == FinishReason.STOP and out.matched_stop == stop
+    assert stop in out.text
+    assert out.token_ids == full.token_ids[: len(out.token_ids)] and len(out.token_ids) <= 5
+    out = tiny_policy.generate_sync(
+        [GenerateRequest(ids, greedy.replace(stop_token_ids=(full.token_ids[2],)))]
+    )[0]
+    first = full.token_ids.index(full.token_ids[2])
+    assert out.token_ids == full.token_ids[: first + 1] and out.matched_stop == full.token_ids[2]
+
+
+def test_concurrent_calls_are_micro_batched(tiny_policy, tokenizer, monkeypatch):
+    sizes = []
+    real = tiny_policy._generate_batch
+
+    def spy(requests):
+        sizes.append(len(requests))
+        return real(requests)
+
+    monkeypatch.setattr(tiny_policy, "_generate_batch", spy)
+    ids = tokenizer.encode("Hello")
+
+    async def main():
+        return await asyncio.gather(
+            *[
+                tiny_policy.generate([GenerateRequest(ids, SamplingParams(max_tokens=4, seed=i))])
+                for i in range(8)
+            ]
+        )
+
+    outs = asyncio.run(main())
+    assert len(outs) == 8 and all(len(o[0].token_ids) == 4 for o in outs)
+    assert sum(sizes) == 8 and max(sizes) > 1, sizes
+
+
+def test_update_weights_in_place(tiny, tokenizer):
+    from skyrl_agent.models import tiny_random_model
+
+    model_a, _ = tiny_random_model(tokenizer, seed=1)
+    model_b, _ = tiny_random_model(tokenizer, seed=2)
+    pa, pb = HFPolicy(model_a, tokenizer), HFPolicy(model_b, tokenizer)
+    req = GenerateRequest(tokenizer.encode("Hello world"), SamplingParams(max_tokens=8, temperature=0))
+    out_b = pb.generate_sync([req])[0]
+    assert pa.generate_sync([req])[0].token_ids != out_b.token_ids
+    assert pa.update_weights(model_b.state_dict()) > 0
+    assert pa.weights_version == 1
+    out_a = pa.generate_sync([req])[0]
+    assert out_a.token_ids == out_b.token_ids
+    with pytest.raises(ValueError, match="unknown parameter names"):
+        pa.update_weights({"nope": torch.zeros(1)})
+    pa.close()
+    pb.close()
+
+
+@pytest.mark.slow
+def test_bundled_smollm2_generates_a_chat_reply():
+    policy = HFPolicy.from_pretrained()
+    tok = policy.tokenizer
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    ids = tok.encode(prompt)
+    out = policy.generate_sync([GenerateRequest(ids, SamplingParams(max_tokens=24, temperature=0))])[0]
+    assert "Paris" in out.text
+    ref = _full_logprobs(policy.model, ids, out.token_ids)
+    assert torch.allclose(ref, torch.tensor(out.logprobs), atol=1e-3)
+    policy.close()
