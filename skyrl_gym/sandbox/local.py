@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -90,6 +91,14 @@ def _proc_ids(pid: int) -> tuple[int, int] | None:
     return None
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def _pids_where(uid: int | None = None, sid: int | None = None) -> list[int]:
     me = os.getpid()
     found = []
@@ -131,6 +140,8 @@ class LocalSandbox(BaseSandbox):
         self.uid: int | None = None
         if config.own_uid and os.geteuid() == 0:
             self.uid = self._free_uid()
+        # One command at a time: cleanup after a command kills every process of the sandbox.
+        self._lock = threading.Lock()
         self._prlimit = shutil.which("prlimit")
         self._bwrap = shutil.which("bwrap")
         base = config.base_dir or tempfile.gettempdir()
@@ -208,8 +219,13 @@ class LocalSandbox(BaseSandbox):
     def _signal_all(self, proc: subprocess.Popen[bytes], sig: int) -> None:
         """Send ``sig`` to every process this sandbox's command started."""
         if self.uid is not None:
+            spare = set()
+            if sig != signal.SIGKILL and self.use_bwrap:
+                # bubblewrap itself and its pid-1 reaper die on SIGTERM and take the command with
+                # them; spare them so the command gets its grace period
+                spare = {proc.pid, *_children(proc.pid)}
             for _ in range(50):  # a fork bomb refills; repeat until none is left
-                pids = _pids_where(uid=self.uid)
+                pids = [p for p in _pids_where(uid=self.uid) if p not in spare]
                 if not pids:
                     break
                 for pid in pids:
@@ -238,7 +254,21 @@ class LocalSandbox(BaseSandbox):
         workdir: str | None = None,
         stdin: bytes | str | None = None,
     ) -> ExecResult:
-        """Run ``cmd`` (a shell string or an argv list) and return what happened."""
+        """Run ``cmd`` (a shell string or an argv list) and return what happened.
+
+        Commands of one sandbox run one at a time (concurrent calls wait for each other)."""
+        with self._lock:
+            return self._exec(cmd, timeout=timeout, env=env, workdir=workdir, stdin=stdin)
+
+    def _exec(
+        self,
+        cmd: Command,
+        *,
+        timeout: float | None,
+        env: Mapping[str, str] | None,
+        workdir: str | None,
+        stdin: bytes | str | None,
+    ) -> ExecResult:
         self._check_open()
         timeout = self.limits.timeout_s if timeout is None else float(timeout)
         if timeout <= 0:
@@ -399,6 +429,10 @@ class LocalSandbox(BaseSandbox):
         shutil.copytree(src, Path(local_dir), symlinks=True, dirs_exist_ok=True)
 
     def _close(self) -> None:
+        with self._lock:
+            self._kill_uid_and_remove()
+
+    def _kill_uid_and_remove(self) -> None:
         if self.uid is not None:
             for _ in range(50):
                 pids = _pids_where(uid=self.uid)
