@@ -192,20 +192,33 @@ class DockerSandbox(BaseSandbox):
 
     def _create(self, name_prefix: str) -> Any:
         kw = self._run_kwargs(name_prefix)
+        kw.pop("detach")
         try:
-            return self.client.containers.run(**kw)
+            try:
+                container = self.client.containers.create(**kw)
+            except self._errors.ImageNotFound:
+                if not self.config.pull:
+                    raise
+                self.client.images.pull(self.config.image)
+                container = self.client.containers.create(**kw)
         except self._errors.ImageNotFound as exc:
             raise SandboxError(
-                f"image {self.config.image!r} not found and no registry is reachable: build the base "
-                "images with `skyrl sandbox build-images`, or `docker build`/`docker pull` it"
+                f"image {self.config.image!r} not found: build the base images with `skyrl sandbox "
+                "build-images`, `docker build` it, or set pull=True where a registry is reachable"
             ) from exc
         except self._errors.APIError as exc:
-            # a half-created container must not linger
-            with contextlib.suppress(Exception):
-                self.client.containers.get(kw["name"]).remove(force=True)
+            raise SandboxError(
+                f"could not create a sandbox container from {self.config.image!r}: {exc}"
+            ) from exc
+        try:
+            container.start()
+        except self._errors.APIError as exc:
+            with contextlib.suppress(Exception):  # a half-made container must not linger
+                container.remove(force=True)
             raise SandboxError(
                 f"could not start a sandbox container from {self.config.image!r}: {exc}"
             ) from exc
+        return container
 
     @property
     def name(self) -> str:

@@ -283,6 +283,9 @@ class DockerSandboxConfig:
     """Override the profile's user (``"uid:gid"``); ``None`` keeps the profile default."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """Extra labels on the container (the ``skyrl.*`` labels are always added)."""
+    pull: bool = False
+    """Pull the image from a registry when it is missing (off: no registry is reachable on
+    offline machines, and a missing image should fail at once with a hint)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "profile", DockerProfile(self.profile))
