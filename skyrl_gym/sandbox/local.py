@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from skyrl_gym.errors import ConfigError, SandboxError
+from skyrl_gym.sandbox import _cleanup
 from skyrl_gym.sandbox._base import BaseSandbox
 from skyrl_gym.sandbox._output import HeadTail
 from skyrl_gym.sandbox.types import (
@@ -100,11 +101,18 @@ def _children(pid: int) -> list[int]:
 
 
 def _pids_where(uid: int | None = None, sid: int | None = None) -> list[int]:
+    """Live processes with real uid ``uid`` or in session ``sid``."""
     me = os.getpid()
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
+        if sid is None and uid is not None:
+            try:  # the owner of /proc/PID is the process's effective uid: a cheap first filter
+                if os.stat(f"/proc/{name}").st_uid != uid:
+                    continue
+            except OSError:
+                continue
         ids = _proc_ids(int(name))
         if ids is None:
             continue
@@ -149,6 +157,7 @@ class LocalSandbox(BaseSandbox):
         os.chmod(self.workdir, 0o700)
         if self.uid is not None:
             os.chown(self.workdir, self.uid, self.uid)
+        _cleanup.track(self)  # killed and removed at exit and on SIGTERM
 
     @staticmethod
     def _free_uid() -> int:
@@ -296,7 +305,8 @@ class LocalSandbox(BaseSandbox):
         try:
             out, err, timed_out, needed_kill = self._pump(proc, data, start + timeout)
         finally:
-            self._signal_all(proc, signal.SIGKILL)
+            if not (self.use_bwrap and proc.poll() is not None):
+                self._signal_all(proc, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
             for f in (proc.stdin, proc.stdout, proc.stderr):
@@ -345,7 +355,8 @@ class LocalSandbox(BaseSandbox):
                 now = time.monotonic()
                 if stop_at is None and proc.poll() is not None:
                     stop_at = now + _DRAIN_S
-                    self._signal_all(proc, signal.SIGKILL)  # background children end with it
+                    if not self.use_bwrap:  # under bubblewrap they died with the pid namespace
+                        self._signal_all(proc, signal.SIGKILL)  # background children end with it
                 elif stop_at is None and kill_at is None and now >= deadline:
                     timed_out = True
                     self._signal_all(proc, signal.SIGTERM)
@@ -429,6 +440,7 @@ class LocalSandbox(BaseSandbox):
         shutil.copytree(src, Path(local_dir), symlinks=True, dirs_exist_ok=True)
 
     def _close(self) -> None:
+        _cleanup.untrack(self)
         with self._lock:
             self._kill_uid_and_remove()
 

@@ -1,10 +1,13 @@
 """A pool of warm Docker sandboxes: an episode gets a running container at once.
 
-``acquire`` hands out a warm sandbox (or makes one cold when none is ready); ``release``
-resets it in the background (every process killed, ``/workspace`` and ``/tmp`` emptied) and
-puts it back, or replaces it when a reset is not possible (task profile, dead container) or
-failed. A filler thread keeps ``size`` sandboxes warm. Sandboxes close to their time-to-live
-are replaced instead of handed out. ``close`` removes every container the pool made.
+The pool keeps ``size`` sandboxes, leased or warm (set it to the number of episodes that run at
+once, plus a few). ``acquire`` hands out a warm sandbox, or starts one cold when none is ready;
+``release`` resets it in the background (every process killed, ``/workspace``, ``/tmp`` and
+``/dev/shm`` emptied) and makes it warm again, or replaces it when a reset is not possible
+(task profile: the task changed the filesystem; a dead container) or when the pool holds more
+than ``size``. A filler thread starts new sandboxes whenever the pool holds fewer than
+``size``. Sandboxes close to their time-to-live are replaced instead of handed out. ``close``
+removes every container the pool made, leased ones included.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class SandboxPool:
         self._warm: deque[tuple[DockerSandbox, float]] = deque()  # (sandbox, created at)
         self._leased: set[DockerSandbox] = set()
         self._creating = 0
+        self._recycling: set[DockerSandbox] = set()
         self._cond = threading.Condition()
         self._closed = False
         self._failures = 0
@@ -69,7 +73,7 @@ class SandboxPool:
     def _fill_loop(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and len(self._warm) + self._creating >= self.size:
+                while not self._closed and self._held() >= self.size:
                     self._cond.wait()
                 if self._closed:
                     return
@@ -91,6 +95,10 @@ class SandboxPool:
                 sb.close()
             if self._failures:
                 time.sleep(min(30.0, 0.5 * 2 ** min(self._failures, 6)))
+
+    def _held(self) -> int:
+        """Sandboxes the pool holds or will hold soon (call with the lock held)."""
+        return len(self._warm) + len(self._leased) + self._creating + len(self._recycling)
 
     def _fresh_enough(self, created: float) -> bool:
         return time.monotonic() - created < self.config.limits.ttl_s * (1 - MIN_LIFE_LEFT)
@@ -140,27 +148,33 @@ class SandboxPool:
     def release(self, sb: DockerSandbox) -> None:
         """Give a sandbox back: it is reset (or replaced) in the background."""
         with self._cond:
+            if sb not in self._leased:
+                raise SandboxError(f"{sb!r} was not leased from this pool (or was released twice)")
             self._leased.discard(sb)
             closed = self._closed
+            if not closed:
+                self._recycling.add(sb)
         if closed or sb.closed:
             sb.close()
             return
         try:
-            self._workers.submit(self._recycle, sb, time.monotonic())
+            self._workers.submit(self._recycle, sb)
         except RuntimeError:  # the pool shut down meanwhile
             sb.close()
 
-    def _recycle(self, sb: DockerSandbox, _released: float) -> None:
-        ok = sb.reset()
-        with self._cond:
-            if ok and not self._closed and len(self._warm) + self._creating < self.size:
-                # keeps its original creation time for the time-to-live check
-                self._warm.append((sb, time.monotonic() - (time.time() - _created_at(sb))))
+    def _recycle(self, sb: DockerSandbox) -> None:
+        ok = False
+        try:
+            ok = sb.reset()
+        finally:
+            with self._cond:
+                self._recycling.discard(sb)
+                keep = ok and not self._closed and self._held() < self.size
+                if keep:  # keeps its original creation time for the time-to-live check
+                    self._warm.append((sb, time.monotonic() - (time.time() - _created_at(sb))))
                 self._cond.notify_all()
-                return
-        sb.close()
-        with self._cond:
-            self._cond.notify_all()
+            if not keep:
+                sb.close()
 
     @contextlib.contextmanager
     def sandbox(self) -> Iterator[DockerSandbox]:
@@ -202,6 +216,9 @@ class SandboxPool:
         _cleanup.untrack(self)
         self._workers.shutdown(wait=True, cancel_futures=True)
         self._filler.join(timeout=60)
+        with self._cond:  # resets that were cancelled before they ran
+            items += list(self._recycling)
+            self._recycling.clear()
         for sb in items:
             sb.close()
 
