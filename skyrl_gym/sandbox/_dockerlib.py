@@ -35,7 +35,7 @@ def docker_client() -> Any:
             return _client
         docker = docker_module()
         try:
-            client = docker.from_env(timeout=120)
+            client = docker.from_env(timeout=120, max_pool_size=64)  # many episodes at once
             client.ping()
         except Exception as exc:
             raise SandboxError(

@@ -10,28 +10,24 @@ Every command runs under ``timeout -k GRACE DEADLINE`` inside the container, in 
 of its own that is killed as a whole when the command ends, so background children (``sleep
 inf &``) neither keep the exec open nor outlive it. A client-side deadline (deadline + grace +
 a few seconds) is the backstop. Output is read from the exec's socket into bounded buffers.
-Files move through ``cat`` and ``tar`` over the exec's stdin and stdout, which also works on a
-read-only root filesystem with tmpfs mounts (where ``docker cp`` does not).
+Files move through ``cat`` and ``tar`` over the exec's stdin and stdout (see ``_base``), which
+also works on a read-only root filesystem with tmpfs mounts (where ``docker cp`` does not).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 import socket
-import tarfile
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
 from typing import Any
 
 from skyrl_gym.errors import ConfigError, SandboxError
 from skyrl_gym.sandbox import _cleanup
-from skyrl_gym.sandbox._base import BaseSandbox
+from skyrl_gym.sandbox._base import TRANSFER_TIMEOUT_S, BaseSandbox, Sink
 from skyrl_gym.sandbox._dockerlib import docker_client, docker_module
 from skyrl_gym.sandbox._output import HeadTail
 from skyrl_gym.sandbox.reaper import owner_labels, reap
@@ -52,12 +48,6 @@ log = logging.getLogger(__name__)
 STRICT_USER = "65534:65534"
 #: Seconds a client waits beyond a command's deadline and grace before it gives up on the exec.
 BACKSTOP_S = 5.0
-#: Deadline of file transfers (they are not the model's commands).
-TRANSFER_TIMEOUT_S = 300.0
-#: Largest file ``read_file`` returns unless asked otherwise.
-READ_MAX_BYTES = 64 * 1024 * 1024
-#: Largest archive ``download`` accepts.
-DOWNLOAD_MAX_BYTES = 4 * 1024 * 1024 * 1024
 
 # PID 1 of every container: a shell that reaps orphans (``wait`` reaps any child) and exits
 # when the time-to-live runs out, which stops the container even when no reaper ever runs.
@@ -101,25 +91,6 @@ def _reap_once(client: Any) -> None:
         reap(client)
     except Exception as exc:  # the reaper must never stop work
         log.warning("sandbox reaper failed: %s", exc)
-
-
-class _Sink:
-    """Collects bytes up to a limit, then only counts them."""
-
-    def __init__(self, limit: int, spool: bool = False) -> None:
-        self.limit = limit
-        self.total = 0
-        self.buf: Any = tempfile.SpooledTemporaryFile(max_size=64 * 1024 * 1024) if spool else io.BytesIO()
-
-    def feed(self, data: bytes) -> None:
-        room = self.limit - self.total
-        if room > 0:
-            self.buf.write(data[:room])
-        self.total += len(data)
-
-    @property
-    def overflow(self) -> bool:
-        return self.total > self.limit
 
 
 class DockerSandbox(BaseSandbox):
@@ -259,8 +230,8 @@ class DockerSandbox(BaseSandbox):
                 timeout=30,
                 env=None,
                 workdir="/",
-                out=_Sink(4096),
-                err=_Sink(4096),
+                out=Sink(4096),
+                err=Sink(4096),
             )
         except SandboxError:
             return False
@@ -362,12 +333,12 @@ class DockerSandbox(BaseSandbox):
                 timeout=10,
                 env=None,
                 workdir="/",
-                out=_Sink(0),
-                err=_Sink(0),
+                out=Sink(0),
+                err=Sink(0),
             )
 
     def _oom_killed(self) -> bool:
-        sink = _Sink(256)
+        sink = Sink(256)
         with contextlib.suppress(SandboxError):
             self._exec_raw(
                 ["/bin/sh", "-c", _OOM_COUNT],
@@ -376,7 +347,7 @@ class DockerSandbox(BaseSandbox):
                 env=None,
                 workdir="/",
                 out=sink,
-                err=_Sink(0),
+                err=Sink(0),
             )
         try:
             count = int(sink.buf.getvalue().split()[0])
@@ -384,11 +355,6 @@ class DockerSandbox(BaseSandbox):
             return False
         seen, self._oom_seen = self._oom_seen, count
         return count > seen
-
-    def _abs(self, path: str | None) -> str:
-        if path is None:
-            return self.workdir
-        return str(PurePosixPath(self.workdir) / path)
 
     def exec(
         self,
@@ -425,6 +391,8 @@ class DockerSandbox(BaseSandbox):
             log.warning("%s: exec outlived its deadline and backstop; killing every process", self.name)
             self._kill_all()
             rc = 137
+        if rc == 126 and b"chdir to cwd" in out.getvalue():
+            raise SandboxFileNotFoundError(f"workdir {self._abs(workdir)!r} does not exist in {self.name}")
         if rc == 127 and b"timeout: not found" in err.getvalue():
             raise SandboxError(f"image {self.config.image!r} has no `timeout` (coreutils or busybox)")
         timed_out = hit or (rc in (124, 137) and took >= timeout)
@@ -445,12 +413,12 @@ class DockerSandbox(BaseSandbox):
             stderr_bytes=err.total,
         )
 
-    # -- files -------------------------------------------------------------------------------
+    # -- files ----------------------------------------------------------------------------
     def _transfer(
         self, script: str, args: list[str], *, stdin: bytes | None, out: Any
     ) -> tuple[int | None, str]:
         self._check_open()
-        err = _Sink(64 * 1024)
+        err = Sink(64 * 1024)
         rc, hit, _, _ = self._exec_raw(
             ["/bin/sh", "-c", script, "skyrl-file", *args],
             stdin=stdin,
@@ -464,73 +432,6 @@ class DockerSandbox(BaseSandbox):
             self._kill_all()
             raise SandboxError(f"file transfer in {self.name} took longer than {TRANSFER_TIMEOUT_S} s")
         return rc, err.buf.getvalue().decode("utf-8", "replace").strip()
-
-    def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
-        """The bytes of ``path`` (relative to the workdir unless absolute)."""
-        limit = READ_MAX_BYTES if max_bytes is None else max_bytes
-        out = _Sink(limit)
-        p = self._abs(path)
-        rc, msg = self._transfer(
-            '[ -e "$1" ] || exit 44; [ -f "$1" ] || exit 45; exec cat "$1"', [p], stdin=None, out=out
-        )
-        if rc == 44:
-            raise SandboxFileNotFoundError(f"no file {p!r} in {self.name}")
-        if rc == 45:
-            raise SandboxError(f"{p!r} in {self.name} is not a regular file")
-        if rc != 0:
-            raise SandboxError(f"reading {p!r} in {self.name} failed (exit {rc}): {msg}")
-        if out.overflow:
-            raise SandboxError(f"{p!r} is {out.total} bytes, more than max_bytes={limit}")
-        return out.buf.getvalue()
-
-    def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None:
-        """Create or replace ``path``, creating parent directories."""
-        p = self._abs(path)
-        payload = data.encode() if isinstance(data, str) else bytes(data)
-        rc, msg = self._transfer(
-            'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"',
-            [p, f"{mode:o}"],
-            stdin=payload,
-            out=_Sink(4096),
-        )
-        if rc != 0:
-            raise SandboxError(f"writing {p!r} in {self.name} failed (exit {rc}): {msg}")
-
-    def upload(self, local_dir: str | os.PathLike[str], remote_dir: str) -> None:
-        """Copy the contents of a local directory into ``remote_dir`` (created if missing)."""
-        src = Path(local_dir)
-        if not src.is_dir():
-            raise FileNotFoundError(f"upload: {src} is not a directory")
-        bio = io.BytesIO()
-        with tarfile.open(fileobj=bio, mode="w") as tar:
-            for child in sorted(src.iterdir()):
-                tar.add(child, arcname=child.name)
-        p = self._abs(remote_dir)
-        rc, msg = self._transfer(
-            'mkdir -p "$1" && tar -x -m --no-same-owner -f - -C "$1"',
-            [p],
-            stdin=bio.getvalue(),
-            out=_Sink(4096),
-        )
-        if rc != 0:
-            raise SandboxError(f"upload to {p!r} in {self.name} failed (exit {rc}): {msg}")
-
-    def download(self, remote_dir: str, local_dir: str | os.PathLike[str]) -> None:
-        """Copy the contents of ``remote_dir`` into a local directory (created if missing)."""
-        p = self._abs(remote_dir)
-        out = _Sink(DOWNLOAD_MAX_BYTES, spool=True)
-        rc, msg = self._transfer(
-            '[ -d "$1" ] || exit 44; exec tar -c -f - -C "$1" .', [p], stdin=None, out=out
-        )
-        if rc == 44:
-            raise SandboxFileNotFoundError(f"no directory {p!r} in {self.name}")
-        if rc != 0 or out.overflow:
-            raise SandboxError(f"download of {p!r} from {self.name} failed (exit {rc}): {msg or 'too large'}")
-        dest = Path(local_dir)
-        dest.mkdir(parents=True, exist_ok=True)
-        out.buf.seek(0)
-        with tarfile.open(fileobj=out.buf, mode="r:") as tar:
-            tar.extractall(dest, filter="data")  # refuses absolute paths, .. and device files
 
 
 def _send_all(sock: socket.socket, data: bytes) -> None:

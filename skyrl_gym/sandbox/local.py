@@ -23,11 +23,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
+from typing import Any
 
 from skyrl_gym.errors import ConfigError, SandboxError
 from skyrl_gym.sandbox import _cleanup
-from skyrl_gym.sandbox._base import BaseSandbox
+from skyrl_gym.sandbox._base import TRANSFER_TIMEOUT_S, BaseSandbox, Sink
 from skyrl_gym.sandbox._output import HeadTail
 from skyrl_gym.sandbox.types import (
     Command,
@@ -174,20 +174,6 @@ class LocalSandbox(BaseSandbox):
         mode = "bwrap" if self.use_bwrap else "process"
         return f"LocalSandbox({self.workdir!r}, {mode}, uid={self.uid})"
 
-    # -- paths -------------------------------------------------------------------------------
-    def _host_path(self, path: str) -> Path:
-        return Path(path) if os.path.isabs(path) else Path(self.workdir) / path
-
-    def _give(self, path: Path) -> None:
-        """Hand a path written by us to the sandbox's uid."""
-        if self.uid is None:
-            return
-        if path.is_dir() and not path.is_symlink():
-            for root, dirs, files in os.walk(path):
-                for n in dirs + files:
-                    os.lchown(os.path.join(root, n), self.uid, self.uid)
-        os.lchown(path, self.uid, self.uid)
-
     # -- exec --------------------------------------------------------------------------------
     def _argv(self, argv: list[str], cwd: str, timeout: float) -> list[str]:
         lim = self.limits
@@ -285,34 +271,17 @@ class LocalSandbox(BaseSandbox):
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
         if not argv:
             raise ConfigError("empty command")
-        cwd = str(self._host_path(workdir)) if workdir else self.workdir
+        cwd = self._abs(workdir)
         if not os.path.isdir(cwd):
             raise SandboxFileNotFoundError(f"workdir {cwd!r} does not exist in the sandbox")
         data = stdin.encode() if isinstance(stdin, str) else stdin
-        user = {"user": self.uid, "group": self.uid, "extra_groups": []} if self.uid is not None else {}
         start = time.monotonic()
-        proc = subprocess.Popen(
-            self._argv(argv, cwd, timeout),
-            stdin=subprocess.PIPE if data else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=self._env(env),
-            start_new_session=True,
-            close_fds=True,
-            **user,
-        )
+        proc = self._spawn(argv, cwd, timeout, env, data)
+        out, err = HeadTail(self.limits.output_bytes), HeadTail(self.limits.output_bytes)
         try:
-            out, err, timed_out, needed_kill = self._pump(proc, data, start + timeout)
+            timed_out, needed_kill = self._pump(proc, data, start + timeout, out, err)
         finally:
-            if not (self.use_bwrap and proc.poll() is not None):
-                self._signal_all(proc, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
-            for f in (proc.stdin, proc.stdout, proc.stderr):
-                if f is not None:
-                    with contextlib.suppress(OSError):
-                        f.close()
+            self._reap(proc)
         rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
         sig = -rc if rc < 0 else (rc - 128 if self.use_bwrap and 128 < rc < 160 else None)
         code = 128 + sig if rc < 0 and sig else rc
@@ -330,15 +299,40 @@ class LocalSandbox(BaseSandbox):
             stderr_bytes=err.total,
         )
 
+    def _spawn(
+        self, argv: list[str], cwd: str, timeout: float, env: Mapping[str, str] | None, data: bytes | None
+    ) -> subprocess.Popen[bytes]:
+        user = {"user": self.uid, "group": self.uid, "extra_groups": []} if self.uid is not None else {}
+        return subprocess.Popen(
+            self._argv(argv, cwd, timeout),
+            stdin=subprocess.PIPE if data else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd="/" if self.use_bwrap else cwd,  # bubblewrap changes directory inside
+            env=self._env(env),
+            start_new_session=True,
+            close_fds=True,
+            **user,
+        )
+
+    def _reap(self, proc: subprocess.Popen[bytes]) -> None:
+        """Kill what is left of a command and collect its exit status."""
+        if not (self.use_bwrap and proc.poll() is not None):
+            self._signal_all(proc, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+
     def _pump(
-        self, proc: subprocess.Popen[bytes], data: bytes | None, deadline: float
-    ) -> tuple[HeadTail, HeadTail, bool, bool]:
-        """Feed stdin, collect capped output, enforce the deadline. Returns the buffers and
-        whether the command timed out and needed SIGKILL."""
+        self, proc: subprocess.Popen[bytes], data: bytes | None, deadline: float, out: Any, err: Any
+    ) -> tuple[bool, bool]:
+        """Feed stdin, stream output into ``out``/``err``, enforce the deadline. Returns whether
+        the command timed out and whether it needed SIGKILL."""
         assert proc.stdout is not None and proc.stderr is not None
-        cap = self.limits.output_bytes
-        bufs = {proc.stdout.fileno(): HeadTail(cap), proc.stderr.fileno(): HeadTail(cap)}
-        out, err = bufs[proc.stdout.fileno()], bufs[proc.stderr.fileno()]
+        bufs = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
         sel = selectors.DefaultSelector()
         for fd in bufs:
             os.set_blocking(fd, False)
@@ -396,48 +390,27 @@ class LocalSandbox(BaseSandbox):
             sel.close()
         if proc.poll() is None and kill_at is not None and stop_at is None:
             needed_kill = True  # pipes closed but the process ignored SIGTERM so far
-        return out, err, timed_out, needed_kill
+        return timed_out, needed_kill
 
-    # -- files -------------------------------------------------------------------------------
-    def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
-        """The bytes of ``path`` (relative to the workdir unless absolute)."""
-        self._check_open()
-        p = self._host_path(path)
-        if not p.is_file():
-            raise SandboxFileNotFoundError(f"no file {path!r} in the sandbox")
-        size = p.stat().st_size
-        if max_bytes is not None and size > max_bytes:
-            raise SandboxError(f"{path!r} is {size} bytes, more than max_bytes={max_bytes}")
-        return p.read_bytes()
-
-    def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None:
-        """Create or replace ``path``, creating parent directories."""
-        self._check_open()
-        p = self._host_path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data.encode() if isinstance(data, str) else data)
-        os.chmod(p, mode)
-        self._give(p)
-        if p.parent != Path(self.workdir):
-            self._give(p.parent)
-
-    def upload(self, local_dir: str | os.PathLike[str], remote_dir: str) -> None:
-        """Copy the contents of a local directory into ``remote_dir``."""
-        self._check_open()
-        src = Path(local_dir)
-        if not src.is_dir():
-            raise FileNotFoundError(f"upload: {src} is not a directory")
-        dst = self._host_path(remote_dir)
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
-        self._give(dst)
-
-    def download(self, remote_dir: str, local_dir: str | os.PathLike[str]) -> None:
-        """Copy the contents of ``remote_dir`` into a local directory."""
-        self._check_open()
-        src = self._host_path(remote_dir)
-        if not src.is_dir():
-            raise SandboxFileNotFoundError(f"no directory {remote_dir!r} in the sandbox")
-        shutil.copytree(src, Path(local_dir), symlinks=True, dirs_exist_ok=True)
+    # -- files (read_file, write_file, upload, download: see BaseSandbox) ----------------------
+    def _transfer(
+        self, script: str, args: list[str], *, stdin: bytes | None, out: Any
+    ) -> tuple[int | None, str]:
+        # Runs as the sandbox's uid, in its namespaces: a symlink planted by a command cannot
+        # make a (root) host process read or write outside the sandbox.
+        err = Sink(64 * 1024)
+        with self._lock:
+            self._check_open()
+            proc = self._spawn(
+                ["/bin/sh", "-c", script, "skyrl-file", *args], self.workdir, TRANSFER_TIMEOUT_S, None, stdin
+            )
+            try:
+                timed_out, _ = self._pump(proc, stdin, time.monotonic() + TRANSFER_TIMEOUT_S, out, err)
+            finally:
+                self._reap(proc)
+        if timed_out:
+            raise SandboxError(f"file transfer in {self!r} took longer than {TRANSFER_TIMEOUT_S} s")
+        return proc.returncode, err.buf.getvalue().decode("utf-8", "replace").strip()
 
     def _close(self) -> None:
         _cleanup.untrack(self)

@@ -139,6 +139,9 @@ class SandboxPool:
             self._cond.notify_all()  # the filler tops up
         for old in stale:
             self._workers.submit(old.close)
+        if sb is not None and not sb.alive():  # killed or reaped while it waited (one inspect call)
+            self._workers.submit(sb.close)
+            sb = None
         if sb is None:
             sb = self._new()
         with self._cond:

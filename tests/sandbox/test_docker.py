@@ -68,6 +68,8 @@ def test_exec_basics(strict):
     assert strict.exec("echo $FOO", env={"FOO": "bar"}).stdout == "bar\n"
     strict.exec("mkdir -p sub")
     assert strict.exec("pwd", workdir="sub").stdout == "/workspace/sub\n"
+    with pytest.raises(SandboxFileNotFoundError):
+        strict.exec("pwd", workdir="no/such/dir")
 
 
 def test_files(strict, tmp_path):

@@ -201,3 +201,17 @@ def test_plain_processes_without_bubblewrap_still_limit_and_clean_up():
         r = s.exec("sleep 1000 & while :; do :; done", timeout=1)
         assert r.timed_out
         assert s.exec("echo ok").ok
+
+
+@needs_isolation
+def test_planted_symlinks_do_not_reach_the_host(sb, tmp_path):
+    host_file = tmp_path / "host.txt"
+    host_file.write_text("host data")
+    host_file.chmod(0o644)
+    tmp_path.chmod(0o755)
+    sb.exec(f"ln -s /etc/shadow leak.txt; ln -s {host_file} clobber.txt")
+    with pytest.raises(SandboxError):
+        sb.read_file("leak.txt")  # as the sandbox's user: no permission (or not even visible)
+    with pytest.raises(SandboxError):
+        sb.write_file("clobber.txt", "overwritten")
+    assert host_file.read_text() == "host data"
