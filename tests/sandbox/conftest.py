@@ -27,6 +27,15 @@ def _leaks(client, before: set[str]) -> list[str]:
     return found
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The first test that needs the base images builds them (minutes on a fresh machine): give
+    # that one test room beyond the suite's per-test timeout.
+    for item in items:
+        if "sandbox_images" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(1200))
+            break
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leaked_sandboxes():
     """After the whole test session, no labelled container, network or volume is left."""

@@ -8,8 +8,6 @@ import pytest
 from skyrl_gym.errors import ConfigError
 from skyrl_gym.sandbox.images import RECIPES, ImageRecipe, build_images, image_tag
 
-pytestmark = pytest.mark.docker
-
 
 def test_content_hash_follows_the_recipe():
     base = ImageRecipe("x/y")
@@ -26,6 +24,7 @@ def test_unknown_recipe_is_a_config_error():
         build_images(["minimall"])
 
 
+@pytest.mark.docker
 def test_second_build_is_skipped_and_aliases_point_at_the_image(sandbox_images, capsys):
     import docker
 
@@ -49,6 +48,7 @@ def test_second_build_is_skipped_and_aliases_point_at_the_image(sandbox_images, 
     assert "up to date" in capsys.readouterr().out
 
 
+@pytest.mark.docker
 def test_a_dockerfile_from_debian_bookworm_builds_offline(sandbox_images):
     import docker
 
@@ -69,6 +69,7 @@ def test_a_dockerfile_from_debian_bookworm_builds_offline(sandbox_images):
         client.close()
 
 
+@pytest.mark.docker
 def test_python_image_has_the_common_tools(sandbox_images):
     from skyrl_gym.sandbox import DockerSandbox, DockerSandboxConfig, SandboxLimits
 
