@@ -395,6 +395,19 @@ class DockerSandbox(BaseSandbox):
             raise SandboxFileNotFoundError(f"workdir {self._abs(workdir)!r} does not exist in {self.name}")
         if rc == 127 and b"timeout: not found" in err.getvalue():
             raise SandboxError(f"image {self.config.image!r} has no `timeout` (coreutils or busybox)")
+        if _saturated(rc, out, err):
+            # the pids limit is full (a fork bomb that left its process group): nothing can
+            # start, so kill every process (``kill`` is a shell builtin and needs no fork)
+            for _ in range(3):
+                self._kill_all()
+                if (
+                    self._exec_raw(
+                        ["true"], stdin=None, timeout=10, env=None, workdir="/", out=Sink(0), err=Sink(0)
+                    )[0]
+                    == 0
+                ):
+                    break
+            err.feed(b"\n[sandbox: the process limit was reached; every process in the sandbox was killed]\n")
         timed_out = hit or (rc in (124, 137) and took >= timeout)
         sig = rc - 128 if 128 < rc < 160 else None
         if timed_out and rc == 124:
@@ -432,6 +445,22 @@ class DockerSandbox(BaseSandbox):
             self._kill_all()
             raise SandboxError(f"file transfer in {self.name} took longer than {TRANSFER_TIMEOUT_S} s")
         return rc, err.buf.getvalue().decode("utf-8", "replace").strip()
+
+
+def _saturated(rc: int, out: HeadTail, err: HeadTail) -> bool:
+    """True when a command could not even start because the container's pids limit is full."""
+    if rc not in (2, 125, 126, 127):
+        return False
+    text = (out.head[:4096] + err.head[:4096]).lower()
+    return any(
+        m in text
+        for m in (
+            b"cannot fork",
+            b"fork system call failed",
+            b"resource temporarily unavailable",
+            b"oci runtime exec failed",
+        )
+    )
 
 
 def _send_all(sock: socket.socket, data: bytes) -> None:

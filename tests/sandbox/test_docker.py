@@ -142,6 +142,18 @@ def test_fork_bomb(strict):
     assert_usable(strict)
 
 
+def test_fork_bomb_that_leaves_its_process_group(strict):
+    r = _timed(
+        strict, "setsid bash -c 'b() { b | b & }; b' > /dev/null 2>&1 & sleep 1; echo launched", timeout=5
+    )
+    assert r.stdout == "launched\n"
+    time.sleep(0.5)
+    r = strict.exec("echo after")  # may fail to fork once, then the sandbox kills everything
+    if r.stdout != "after\n":
+        assert "process limit was reached" in r.stderr, r
+    assert_usable(strict)
+
+
 def test_memory_bomb(strict):
     r = _timed(strict, ["python3", "-c", "x = []\nwhile True: x.append(bytearray(16 * 2**20))"], timeout=5)
     assert r.oom_killed and r.exit_code == 137 and not r.timed_out, r
