@@ -134,18 +134,27 @@ class SandboxPool:
                 cand, created = self._warm.popleft()
                 if self._fresh_enough(created) and not cand.closed:
                     sb = cand
+                    self._leased.add(sb)  # in the same step, so the filler never counts it missing
                     break
                 stale.append(cand)
-            self._cond.notify_all()  # the filler tops up
+            self._cond.notify_all()  # the filler tops up if the pool now holds too few
         for old in stale:
             self._workers.submit(old.close)
         if sb is not None and not sb.alive():  # killed or reaped while it waited (one inspect call)
+            with self._cond:
+                self._leased.discard(sb)
+                self._cond.notify_all()
             self._workers.submit(sb.close)
             sb = None
         if sb is None:
             sb = self._new()
-        with self._cond:
-            self._leased.add(sb)
+            with self._cond:
+                closed = self._closed
+                if not closed:
+                    self._leased.add(sb)
+            if closed:
+                sb.close()
+                raise SandboxError("the sandbox pool was closed while a sandbox was starting")
         return sb
 
     def release(self, sb: DockerSandbox) -> None:
