@@ -133,6 +133,16 @@ def bench_local(n):
                 bare,
                 "price of rlimits, own uid, namespaces, tree kill",
             )
+            # the same isolated command line launched bare: what our Python layer itself adds
+            argv = sb._argv(["true"], sb.workdir, sb.limits.timeout_s)
+            kw = {"user": sb.uid, "group": sb.uid, "extra_groups": []} if sb.uid is not None else {}
+            cwd = "/" if sb.use_bwrap else sb.workdir
+            ours2, same = interleaved(
+                lambda sb=sb: sb.exec(["true"]),
+                lambda argv=argv, cwd=cwd, kw=kw: subprocess.run(argv, capture_output=True, cwd=cwd, **kw),
+                n,
+            )
+            row("LocalSandbox / subprocess.run of the same isolated argv", ours2, same, "our own layer")
     return results
 
 

@@ -23,7 +23,7 @@ __all__ = ["track", "untrack", "close_all"]
 log = logging.getLogger(__name__)
 
 _live: weakref.WeakSet[Any] = weakref.WeakSet()
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: the SIGTERM handler may run while the main thread holds it
 _installed_pid: int | None = None
 _previous: dict[int, Any] = {}
 

@@ -149,7 +149,7 @@ class LocalSandbox(BaseSandbox):
         if config.own_uid and os.geteuid() == 0:
             self.uid = self._free_uid()
         # One command at a time: cleanup after a command kills every process of the sandbox.
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: close() may run from a signal handler mid-command
         self._prlimit = shutil.which("prlimit")
         self._bwrap = shutil.which("bwrap")
         base = config.base_dir or tempfile.gettempdir()
