@@ -215,3 +215,28 @@ def test_planted_symlinks_do_not_reach_the_host(sb, tmp_path):
     with pytest.raises(SandboxError):
         sb.write_file("clobber.txt", "overwritten")
     assert host_file.read_text() == "host data"
+
+
+def test_sigterm_to_the_owner_removes_its_sandboxes():
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    code = (
+        "import time\nfrom skyrl_gym.sandbox import LocalSandbox\n"
+        "sb = LocalSandbox()\nprint(sb.workdir, flush=True)\ntime.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    workdir = proc.stdout.readline().strip()
+    assert os.path.isdir(workdir)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == -signal.SIGTERM  # it still dies by SIGTERM
+    assert not os.path.exists(workdir)
