@@ -316,9 +316,10 @@ class LocalSandbox(BaseSandbox):
         )
 
     def _reap(self, proc: subprocess.Popen[bytes]) -> None:
-        """Kill what is left of a command and collect its exit status."""
-        if not (self.use_bwrap and proc.poll() is not None):
-            self._signal_all(proc, signal.SIGKILL)
+        """Kill what is left of a command and collect its exit status. (Under bubblewrap the
+        pid namespace dies with the command, but its members may still be exiting: the sweep
+        waits until they are gone, so nothing of a command outlives ``exec``.)"""
+        self._signal_all(proc, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
         for f in (proc.stdin, proc.stdout, proc.stderr):
