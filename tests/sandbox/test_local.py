@@ -8,6 +8,7 @@ import pytest
 
 from skyrl_gym.errors import ConfigError, SandboxError
 from skyrl_gym.sandbox import (
+    AsyncSandbox,
     LocalSandbox,
     LocalSandboxConfig,
     MiB,
@@ -34,7 +35,7 @@ def sb():
 
 
 def test_exec_basics(sb):
-    assert isinstance(sb, Sandbox)
+    assert isinstance(sb, Sandbox) and isinstance(sb, AsyncSandbox)
     r = sb.exec("echo out; echo err >&2; exit 3")
     assert (r.stdout, r.stderr, r.exit_code, r.timed_out, r.ok) == ("out\n", "err\n", 3, False, False)
     assert sb.exec(["printf", "%s|", "a b", "c"]).stdout == "a b|c|"
