@@ -61,3 +61,79 @@ def config_get(cfg: Any, key: str, default: Any = _MISSING) -> Any:
             raise KeyError(f"config value {key!r} is required but missing")
         return default
     return value
+
+
+# --------------------------------------------------------------------------- configs on the CLI
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a dataclass (read from its source), by field name."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        tree = ast.parse(source)
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, nxt in zip(body, body[1:], strict=False):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def add_config_arguments(parser: Any, cls: type, *, exclude: tuple[str, ...] = ()) -> None:
+    """Add one ``--field-name`` flag per field of the dataclass ``cls``, with its docstring as help.
+
+    Booleans get ``--flag/--no-flag``; ``X | None`` fields take a value of type X; ``Literal``
+    fields take one of their choices. Defaults are left as ``None`` so that
+    :func:`config_from_args` can tell which flags were given."""
+    import argparse
+    import dataclasses
+    import typing
+
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in exclude or not f.init:
+            continue
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        origin = typing.get_origin(hint)
+        if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and type(None) in args:
+            hint = next(a for a in args if a is not type(None))
+            origin, args = typing.get_origin(hint), typing.get_args(hint)
+        default = f.default if f.default is not dataclasses.MISSING else None
+        help_text = f"{docs.get(f.name, '')} (default: {default})".strip()
+        flag = "--" + f.name.replace("_", "-")
+        kwargs: dict[str, Any] = {"dest": f.name, "default": None, "help": help_text}
+        if hint is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+        elif origin is typing.Literal:
+            parser.add_argument(flag, choices=list(args), **kwargs)
+        elif hint in (int, float, str):
+            parser.add_argument(flag, type=hint, **kwargs)
+        elif origin in (tuple, list) and args and args[0] in (int, float, str):
+            parser.add_argument(flag, type=args[0], nargs="*", **kwargs)
+        # other field types (nested configs) are not settable from the command line
+
+
+def config_from_args(cls: type, args: Any, **overrides: Any) -> Any:
+    """Build ``cls`` from the flags :func:`add_config_arguments` added (only those given)."""
+    import dataclasses
+
+    values = {}
+    for f in dataclasses.fields(cls):
+        value = getattr(args, f.name, None)
+        if value is not None:
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+    values.update(overrides)
+    return cls(**values)

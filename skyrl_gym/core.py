@@ -43,6 +43,7 @@ from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
 if TYPE_CHECKING:
     from skyrl_gym.registration import EnvSpec
     from skyrl_gym.tools.core import ToolGroup
+    from skyrl_gym.tools.types import ToolCallParser, ToolResult
 
 __all__ = ["Env", "BaseTextEnv", "BaseTextEnvStepOutput"]
 
@@ -147,6 +148,24 @@ class BaseTextEnv(Env[ConversationType, str]):
     def tool_specs(self) -> list[dict[str, Any]]:
         """The OpenAI ``tools=`` list for every attached tool."""
         return [spec for group in self.tool_groups for spec in group.tool_specs()]
+
+    def call_tools(
+        self,
+        action: str | Mapping[str, Any],
+        parser: str | ToolCallParser = "hermes",
+        *,
+        timeout: float | None = 30.0,
+    ) -> list[ToolResult]:
+        """Parse the model's turn with ``parser`` and run its calls against ``self.tool_groups``.
+
+        Never raises because of what the model wrote: bad JSON, unknown tools, bad arguments,
+        failing or slow tools come back as results with ``error`` set and a message for the model.
+        ``timeout`` is the deadline (seconds) of each call for tools that set none. Turn the
+        results into observations with ``[r.to_message() for r in results]``; an empty list means
+        the turn held no tool call. Tools can take a ``ToolContext`` parameter; its ``env`` is self."""
+        from skyrl_gym.tools import ToolContext, call_tools
+
+        return call_tools(self.tool_groups, action, parser, context=ToolContext(env=self), timeout=timeout)
 
     # ----------------------------------------------------------------- metrics
     def get_metrics(self) -> dict[str, Any]:

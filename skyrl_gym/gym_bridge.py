@@ -10,8 +10,9 @@ Gymnasium's API, so Gymnasium's checker and wrappers apply. Gymnasium only sees 
 * The observation is the text of the new messages, joined by blank lines; ``info["messages"]``
   holds the messages themselves.
 * ``terminated`` means the task ended; ``truncated`` means a limit ended it: the step output's
-  ``truncated`` when the env sets it, else ``turns >= max_turns``. The bridge also truncates an
-  env that reaches ``max_turns`` without saying ``done``.
+  ``truncated`` when the env sets it, else ``turns >= max_turns`` for multi-turn envs (a
+  single-turn env ending is termination). The bridge also truncates an env that reaches
+  ``max_turns`` without saying ``done``.
 """
 
 from __future__ import annotations
@@ -123,10 +124,12 @@ class GymnasiumTextEnv(gymnasium.Env):
         if out.truncated is not None:
             truncated = bool(out.truncated)
         else:
-            truncated = bool(at_limit)
-        done = bool(out.done) or at_limit
-        terminated = bool(out.done) and not truncated
-        truncated = truncated and done
+            # Published envs do not say why they ended. A multi-turn env that ends on its turn
+            # limit was cut short; a single-turn env (max_turns == 1) ending is the task ending.
+            truncated = at_limit and env.max_turns > 1
+        done = bool(out.done) or at_limit  # the bridge enforces the turn limit itself
+        truncated = done and (truncated or not out.done)
+        terminated = done and not truncated
         obs = render_messages(out.observations)[: self.observation_space.max_length]
         self._transcript += [action, obs]
         info = {"messages": out.observations, "metadata": out.metadata, "turns": env.turns}

@@ -48,9 +48,13 @@ def test_turn_limit_inferred_for_published_envs():
 
     skyrl_gym.register("guess-noflag", NoTruncFlag)
     try:
+        env = gymnasium.make("skyrl/guess-noflag", extras={"target": 4, "max_turns": 2})
+        env.reset()
+        assert env.step("x")[2:4] == (False, False)
+        assert env.step("x")[2:4] == (False, True)
         env = gymnasium.make("skyrl/guess-noflag", extras={"target": 4, "max_turns": 1})
         env.reset()
-        assert env.step("x")[2:4] == (False, True)
+        assert env.step("x")[2:4] == (True, False)  # single-turn: ending is termination
     finally:
         skyrl_gym.deregister("guess-noflag")
 

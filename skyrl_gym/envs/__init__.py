@@ -9,6 +9,22 @@ from skyrl_gym.registration import register
 def _register_builtins() -> None:
     builtins: list[tuple[str, str, str]] = [
         # (id, entry point, one-line description)
+        (
+            "calculator",
+            "skyrl_gym.envs.calculator:CalculatorEnv",
+            "Two-turn tool use: a JSON calc call, then the answer",
+        ),
+        ("gsm8k", "skyrl_gym.envs.math.gsm8k:GSM8KEnv", "Grade-school math, one turn, answer after '####'"),
+        (
+            "gsm8k_multi_turn",
+            "skyrl_gym.envs.math.gsm8k:GSM8KMultiTurnEnv",
+            "Grade-school math with feedback and retries, per-turn reward",
+        ),
+        (
+            "text2sql",
+            "skyrl_gym.envs.sql.env:Text2SQLEnv",
+            "Text-to-SQL in several turns (SkyRL-SQL) on a read-only SQLite sandbox",
+        ),
     ]
     for env_id, entry_point, description in builtins:
         register(env_id, entry_point, description=description, source="builtin")

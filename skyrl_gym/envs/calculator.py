@@ -1,0 +1,179 @@
+"""``calculator``: a two-turn tool-use task small enough to show RL progress with a 135M model on CPU.
+
+Turn 1: the model calls the calculator with a native Hermes-style tool call::
+
+    <tool_call>{"name": "calc", "arguments": {"expr": "37 * 12 + 5"}}</tool_call>
+
+The env runs it and answers ``<tool_response>449</tool_response>``. Turn 2: the model answers
+``<answer>449</answer>``. Reward: ``call_reward`` (0.2) for a well-formed call to ``calc`` plus
+``answer_reward`` (0.8) for the right final answer; the episode ends after the answer or at
+``max_turns`` (2). The prompt carries one worked example exchange, without which a 135M model
+never produces the format (measured: 0% sampled).
+
+What is learned is mostly the format (the tool does the arithmetic): this task shows the RL
+mechanics working end to end, not reasoning gains.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from typing import Any
+
+from skyrl_gym.config import config_get
+from skyrl_gym.core import BaseTextEnv
+from skyrl_gym.envs.math.grader import answers_equal, safe_eval
+from skyrl_gym.errors import ConfigError
+from skyrl_gym.tools import ToolGroup, tool
+from skyrl_gym.types import BaseTextEnvStepOutput, EnvExample
+
+__all__ = ["CalculatorEnv", "CalculatorTools", "generate_calculator_rows", "SYSTEM_PROMPT"]
+
+SYSTEM_PROMPT = (
+    "You can use a calculator. To use it, reply with exactly one tool call:\n"
+    '<tool_call>{"name": "calc", "arguments": {"expr": "<arithmetic expression>"}}</tool_call>\n'
+    "You will get <tool_response>result</tool_response>. Then reply with <answer>result</answer>."
+)
+_EXAMPLE_Q = "What is 12 * 4 + 7?"
+_EXAMPLE_CALL = '<tool_call>{"name": "calc", "arguments": {"expr": "12 * 4 + 7"}}</tool_call>'
+_EXAMPLE_OBS = "<tool_response>55</tool_response>"
+_EXAMPLE_ANSWER = "<answer>55</answer>"
+
+_PHRASINGS = (
+    "What is {e}?",
+    "Compute {e}.",
+    "Calculate {e}.",
+    "Use the calculator to find {e}.",
+    "What does {e} evaluate to?",
+)
+_ANSWER_RE = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
+_MAX_EXPR = 200
+
+
+class CalculatorTools(ToolGroup):
+    """The ``calc`` tool."""
+
+    def __init__(self) -> None:
+        super().__init__(name="calculator")
+
+    @tool
+    def calc(self, expr: str) -> str:
+        """Evaluate an arithmetic expression with + - * / ** and parentheses.
+
+        Args:
+            expr: The expression, e.g. "37 * 12 + 5".
+        """
+        if len(expr) > _MAX_EXPR:
+            raise ValueError(f"expr must be at most {_MAX_EXPR} characters")
+        value = safe_eval(expr)
+        if value is None:
+            raise ValueError("not an arithmetic expression (use numbers, + - * / ** and parentheses)")
+        return str(value.numerator) if value.denominator == 1 else f"{float(value):.6g}"
+
+
+def _expression(r: random.Random) -> str:
+    a, b, c = r.randint(2, 99), r.randint(2, 99), r.randint(2, 99)
+    return r.choice([f"{a} * {b} + {c}", f"{a} + {b} * {c}", f"{a} * {b} - {c}", f"({a} + {b}) * {c}"])
+
+
+def generate_calculator_rows(n: int, *, split: str = "train", seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` calculator problems; train and test come from disjoint seeded streams."""
+    if split not in ("train", "test"):
+        raise ValueError(f"unknown split {split!r}; use 'train' or 'test'")
+    r = random.Random(f"skyrl-calculator-{split}-{seed}")
+    rows = []
+    for i in range(n):
+        expr = _expression(r)
+        value = safe_eval(expr)
+        assert value is not None and value.denominator == 1
+        question = _PHRASINGS[i % len(_PHRASINGS)].format(e=expr)
+        rows.append(
+            {
+                "id": f"calc-{split}-{seed}-{i:05d}",
+                "expr": expr,
+                "prompt": [
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": _EXAMPLE_Q},
+                    {"role": "assistant", "content": _EXAMPLE_CALL},
+                    {"role": "user", "content": _EXAMPLE_OBS},
+                    {"role": "assistant", "content": _EXAMPLE_ANSWER},
+                    {"role": "user", "content": question},
+                ],
+                "env_class": "calculator",
+                "reward_spec": {"method": "rule", "ground_truth": str(value.numerator)},
+                "data_source": "skyrl/calculator",
+            }
+        )
+    return rows
+
+
+class CalculatorEnv(BaseTextEnv):
+    """Two-turn calculator tool use: a JSON tool call, then <answer>N</answer>."""
+
+    def __init__(self, env_config: Any = None, extras: Any = None) -> None:
+        super().__init__(env_config, extras)
+        try:
+            self.ground_truth = str(self.extras["reward_spec"]["ground_truth"])
+        except (KeyError, TypeError):
+            raise ConfigError(
+                "calculator needs extras={'reward_spec': {'ground_truth': '<number>'}}; "
+                "rows from generate_calculator_rows() have it"
+            ) from None
+        self.max_turns = int(self.extras.get("max_turns", config_get(env_config, "max_turns", 2)))
+        self.call_reward = float(config_get(env_config, "call_reward", 0.2))
+        self.answer_reward = float(config_get(env_config, "answer_reward", 0.8))
+        self.tools = CalculatorTools()
+        self.init_tool_groups([self.tools])
+        self.called = False
+        self.correct = False
+        self.answered = False
+
+    @classmethod
+    def example(cls) -> EnvExample:
+        row = generate_calculator_rows(1, split="test")[0]
+        call = json.dumps({"name": "calc", "arguments": {"expr": row["expr"]}})
+        return EnvExample(
+            extras={"reward_spec": row["reward_spec"]},
+            prompt=tuple(row["prompt"]),
+            good_actions=(
+                f"<tool_call>{call}</tool_call>",
+                f"<answer>{row['reward_spec']['ground_truth']}</answer>",
+            ),
+        )
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        self.turns += 1
+        answer = _ANSWER_RE.search(action)
+        if answer is not None:
+            self.answered = True
+            self.correct = answers_equal(answer.group(1), self.ground_truth)
+            reward = self.answer_reward if self.correct else 0.0
+            meta = {"answer": answer.group(1)[:100]}
+            return BaseTextEnvStepOutput(
+                observations=[], reward=reward, done=True, metadata=meta, truncated=False
+            )
+        # the calculator is instant and pure: run it on this thread (no deadline thread needed)
+        results = self.call_tools(action, "hermes", timeout=None)[:1]
+        reward = 0.0
+        meta: dict[str, Any] = {}
+        if results:
+            result = results[0]
+            meta["tool_call"] = {"name": result.name, "error": result.error}
+            if result.ok and not self.called:
+                reward, self.called = self.call_reward, True
+            content = f"<tool_response>{result.content}</tool_response>"
+        else:
+            meta["error"] = "no_tool_call"
+            content = "Reply with a <tool_call> or an <answer>."
+        done = self.turns >= self.max_turns
+        return BaseTextEnvStepOutput(
+            observations=[] if done else [{"role": "user", "content": content}],
+            reward=reward,
+            done=done,
+            metadata=meta,
+            truncated=done,
+        )
+
+    def get_metrics(self) -> dict[str, Any]:
+        return {"called_tool": self.called, "answered": self.answered, "correct": self.correct}

@@ -1,0 +1,209 @@
+"""``text2sql``: the multi-turn SkyRL-SQL task on a hardened read-only SQLite executor.
+
+Each turn the model thinks in ``<think>...</think>`` and either runs one exploratory query in
+``<sql>...</sql>`` (the result comes back as ``<observation>...</observation>`` with a reminder
+of the turns left) or answers with ``<solution>...</solution>``. The episode ends on a solution
+or at ``max_turns`` (default 5); the reward is given once, at the end (see
+:mod:`skyrl_gym.envs.sql.reward` for the exact rule): -1 malformed, 0 wrong, 1 correct.
+
+Dataset rows (``extras``) are in the published format: ``db_id``, ``data`` (``synsql``,
+``spider``, ``bird`` or ``bundled``) and ``reward_spec.ground_truth`` (the gold SQL). The
+database is ``<db_path>/<layout>/<db_id>/<db_id>.sqlite`` where ``<layout>`` is
+``SynSQL-2.5M/databases``, ``spider/database`` or ``bird/train/train_databases``; ``bundled``
+rows use the databases that ship with this package.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from skyrl_gym.core import BaseTextEnv
+from skyrl_gym.envs.sql._bundled import bundled_db_dir
+from skyrl_gym.envs.sql.executor import execute, format_result
+from skyrl_gym.envs.sql.reward import grade
+from skyrl_gym.envs.sql.types import Grade, QueryStatus, Text2SQLConfig
+from skyrl_gym.errors import ConfigError
+from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
+
+__all__ = ["Text2SQLEnv", "LAYOUTS", "resolve_db_file"]
+
+#: Where each published data source keeps its databases under ``db_path``.
+LAYOUTS: dict[str, str] = {
+    "synsql": "SynSQL-2.5M/databases",
+    "spider": "spider/database",
+    "bird": "bird/train/train_databases",
+}
+_HOW_TO_GET = {
+    "synsql": "the SynSQL-2.5M databases come with OmniSQL's data release (OmniSQL-datasets, data.zip)",
+    "spider": "the Spider databases come with the Spider release or OmniSQL's data release (data.zip)",
+    "bird": "the BIRD train databases come with the BIRD release (train_databases)",
+}
+_SQL = re.compile(r"<sql>(.*?)</sql>", re.DOTALL)
+
+
+def resolve_db_file(db_id: Any, data: Any, db_path: str | None) -> Path:
+    """The SQLite file of a row; :class:`ConfigError` naming the path and the fix when missing."""
+    if not isinstance(db_id, str) or not db_id or "/" in db_id or "\\" in db_id or db_id in (".", ".."):
+        raise ConfigError(f"extras['db_id'] must be a database name such as 'concert_singer', got {db_id!r}")
+    if data == "bundled":
+        from skyrl_gym.envs.sql._bundled import bundled_db_ids
+
+        if db_id not in bundled_db_ids():
+            raise ConfigError(f"no bundled database {db_id!r}; bundled: {bundled_db_ids()}")
+        return bundled_db_dir() / db_id / f"{db_id}.sqlite"
+    if data not in LAYOUTS:
+        raise ConfigError(
+            f"extras['data'] must be one of {['bundled', *LAYOUTS]}, got {data!r} "
+            "(it says which layout under db_path holds the database)"
+        )
+    root = Path(db_path) if db_path else bundled_db_dir()
+    db_file = root / LAYOUTS[data] / db_id / f"{db_id}.sqlite"
+    if not db_file.is_file():
+        raise ConfigError(
+            f"database file not found: {db_file}. {_HOW_TO_GET[data]}; unpack it so that "
+            f"<db_path>/{LAYOUTS[data]}/<db_id>/<db_id>.sqlite exists and set env_config db_path "
+            f"(now {str(root)!r}) to that directory"
+        )
+    return db_file
+
+
+class Text2SQLEnv(BaseTextEnv):
+    """Text-to-SQL in several turns (SkyRL-SQL): explore with <sql>, answer with <solution>."""
+
+    def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None) -> None:
+        super().__init__(env_config, extras)
+        extras = self.extras
+        self.config = Text2SQLConfig.from_sources(env_config, extras)
+        self.max_turns = self.config.max_turns
+        reward_spec = extras.get("reward_spec")
+        gold = reward_spec.get("ground_truth") if isinstance(reward_spec, Mapping) else None
+        if not isinstance(gold, str) or not gold.strip():
+            raise ConfigError("extras['reward_spec']['ground_truth'] must hold the gold SQL query (a string)")
+        self.gold_sql = gold
+        self.db_id = extras.get("db_id")
+        self.data = extras.get("data", "bundled")
+        self.db_file = resolve_db_file(self.db_id, self.data, self.config.db_path)
+        # Bundled files are never written once built: skip locking altogether.
+        self.limits = (
+            replace(self.config.limits, immutable=True) if self.data == "bundled" else self.config.limits
+        )
+        self._prompt_len = 0
+        self.chat_history: ConversationType = []
+        self.grade: Grade | None = None
+        self._sql_calls = 0
+        self._sql_errors = 0
+        self._sql_refused = 0
+        self._sql_timeouts = 0
+        self._no_sql = 0
+
+    @classmethod
+    def example(cls) -> EnvExample:
+        """A bundled question with its prompt and a solving pair of turns."""
+        from skyrl_gym.envs.sql.prompt import load_bundled_rows
+
+        row = next(r for r in load_bundled_rows("train") if r["extra_info"]["difficulty"] == "medium")
+        gold = row["reward_spec"]["ground_truth"]
+        extras = {k: row[k] for k in ("db_id", "data", "reward_spec", "data_source")}
+        return EnvExample(
+            env_config={},
+            extras=extras,
+            prompt=tuple(row["prompt"]),
+            good_actions=(
+                f"<think>Let me run the query to check its result.</think>\n<sql>{gold}</sql>",
+                f"<think>The result answers the question.</think>\n<solution>{gold}</solution>",
+            ),
+        )
+
+    def init(self, prompt: ConversationType) -> tuple[ConversationType, dict[str, Any]]:
+        """Start the episode; the prompt is used as given (rows carry the full prompt)."""
+        self.chat_history = list(prompt or [])
+        self._prompt_len = len(self.chat_history)
+        return list(prompt or []), {"db_id": self.db_id, "max_turns": self.max_turns}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        """One model turn: run its ``<sql>`` query or grade its ``<solution>``."""
+        if not isinstance(action, str):
+            action = "" if action is None else str(action)
+        self.turns += 1
+        self.chat_history.append({"role": "assistant", "content": action})
+        solved = "<solution>" in action and "</solution>" in action
+        if solved or self.turns >= self.max_turns:
+            return self._finish(action, truncated=not solved)
+        turns_left = self.max_turns - self.turns
+        match = _SQL.search(action)
+        metadata: dict[str, Any] = {"tool_group": "SQLCodeExecutorToolGroup", "tool_name": "sql"}
+        if match is None:
+            self._no_sql += 1
+            text = (
+                "No query found. Run one query as <sql>SELECT ...</sql>, or give your final answer "
+                "as <solution>SELECT ...</solution>."
+            )
+            metadata.update(tool_input=None, error="no_sql")
+        else:
+            sql = match.group(1).strip()
+            metadata["tool_input"] = sql
+            result = execute(self.db_file, sql, limits=self.limits, count_up_to=self.limits.count_rows_up_to)
+            self._sql_calls += 1
+            if result.status is QueryStatus.ERROR:
+                self._sql_errors += 1
+            elif result.status is QueryStatus.REFUSED:
+                self._sql_refused += 1
+            elif result.status is QueryStatus.TIMEOUT:
+                self._sql_timeouts += 1
+            metadata["status"] = str(result.status)
+            if not result.ok:
+                metadata["error"] = str(result.status)
+            text = format_result(result, self.limits)
+        content = (
+            f"\n\n<observation>{text}\n<reminder>You have {turns_left} turn{'s' if turns_left != 1 else ''} "
+            f"left to complete the task.</reminder></observation>\n\n"
+        )
+        observation = {"role": "user", "content": content}
+        self.chat_history.append(observation)
+        return BaseTextEnvStepOutput(
+            observations=[observation], reward=0.0, done=False, metadata=metadata, truncated=False
+        )
+
+    def _finish(self, action: str, *, truncated: bool) -> BaseTextEnvStepOutput:
+        trajectory = "".join(
+            m["content"] for m in self.chat_history[self._prompt_len :] if isinstance(m.get("content"), str)
+        )
+        self.grade = g = grade(
+            trajectory, self.gold_sql, self.db_file, limits=self.limits, row_match=self.config.row_match
+        )
+        metadata: dict[str, Any] = {
+            "format_ok": g.format_ok,
+            "solution": g.solution_sql,
+            "reward_kind": "malformed" if not g.format_ok else "correct" if g.reward > 0 else "wrong",
+        }
+        if g.format_error:
+            metadata["format_error"] = g.format_error
+        if g.predicted is not None:
+            metadata["solution_status"] = str(g.predicted.status)
+        if g.grading_error:
+            metadata["error"] = "grading_error"
+            metadata["grading_error"] = g.grading_error
+        return BaseTextEnvStepOutput(
+            observations=[], reward=g.reward, done=True, metadata=metadata, truncated=truncated
+        )
+
+    def get_metrics(self) -> dict[str, Any]:
+        """``sql_calls``, ``sql_errors``, ``sql_refused``, ``sql_timeouts``, ``no_sql_turns``,
+        ``turns``, ``solved`` (reward 1), ``format_ok``, ``truncated`` and ``grading_error``."""
+        g = self.grade
+        return {
+            "turns": self.turns,
+            "sql_calls": self._sql_calls,
+            "sql_errors": self._sql_errors,
+            "sql_refused": self._sql_refused,
+            "sql_timeouts": self._sql_timeouts,
+            "no_sql_turns": self._no_sql,
+            "solved": bool(g is not None and g.reward > 0),
+            "format_ok": bool(g is not None and g.format_ok),
+            "truncated": bool(g is not None and g.solution_sql is None and self.turns >= self.max_turns),
+            "grading_error": bool(g is not None and g.grading_error),
+        }

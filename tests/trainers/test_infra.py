@@ -1,0 +1,107 @@
+"""Checkpoints, the prompt sampler, metrics files and plots."""
+
+import json
+import random
+
+import pytest
+import torch
+
+from skyrl_gym.errors import ConfigError
+from trainers.checkpoint import TrainState, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
+from trainers.data import PromptSampler, load_rows
+from trainers.metrics import MetricsLogger, plot_metrics, read_jsonl, truncate_jsonl
+
+
+def _model_and_opt():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+    return model, opt, sched
+
+
+def _train_a_bit(model, opt, sched, n=3):
+    for _ in range(n):
+        loss = model(torch.randn(5, 4)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+
+
+def test_checkpoint_round_trip_restores_everything(tmp_path):
+    model, opt, sched = _model_and_opt()
+    _train_a_bit(model, opt, sched)
+    sampler = PromptSampler([{"id": str(i), "prompt": []} for i in range(10)], seed=3)
+    sampler.next(4)
+    state = TrainState(step=3, sampler=sampler.state_dict(), rng=rng_state(), extra={"best": 0.5})
+    save_checkpoint(tmp_path, model=model, optimizer=opt, scheduler=sched, state=state)
+    expected_next = (random.random(), torch.rand(1).item())
+    _train_a_bit(model, opt, sched)  # move on, then restore
+
+    model2, opt2, sched2 = _model_and_opt()
+    restored = load_checkpoint(latest_checkpoint(tmp_path), model=model2, optimizer=opt2, scheduler=sched2)
+    assert restored.step == 3 and restored.extra == {"best": 0.5}
+    assert (random.random(), torch.rand(1).item()) == expected_next
+    assert sched2.last_epoch == 3
+    assert opt2.state_dict()["state"][0]["step"] == 3
+    s2 = PromptSampler([{"id": str(i), "prompt": []} for i in range(10)], seed=3)
+    s2.load_state_dict(restored.sampler)
+    assert [r["id"] for r in s2.next(3)] == [r["id"] for r in sampler.next(3)]
+
+
+def test_checkpoint_keeps_newest_and_ignores_partial(tmp_path):
+    model, opt, sched = _model_and_opt()
+    for step in (1, 2, 3):
+        state = TrainState(step=step, sampler={}, rng=rng_state(), extra={})
+        save_checkpoint(tmp_path, model=model, optimizer=opt, scheduler=sched, state=state, keep=2)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["step_000002", "step_000003"]
+    (tmp_path / "checkpoints" / "step_000009").mkdir()  # a torn write: no COMPLETE marker
+    assert latest_checkpoint(tmp_path).name == "step_000003"
+    assert latest_checkpoint(tmp_path / "nothing") is None
+
+
+def test_sampler_epochs_cover_every_prompt_once():
+    rows = [{"id": str(i), "prompt": []} for i in range(7)]
+    sampler = PromptSampler(rows, seed=0)
+    first = [r["id"] for r in sampler.next(7)]
+    second = [r["id"] for r in sampler.next(7)]
+    assert sorted(first) == sorted(second) == sorted(r["id"] for r in rows)
+    assert first != second  # reshuffled per epoch
+    with pytest.raises(ConfigError, match="same data and seed"):
+        PromptSampler(rows, seed=1).load_state_dict(sampler.state_dict())
+
+
+def test_load_rows_builtin_and_file(tmp_path):
+    rows = load_rows("calculator", "train", 5)
+    assert len(rows) == 5 and all("id" in r for r in rows)
+    path = tmp_path / "rows.jsonl"
+    path.write_text(
+        "\n".join(json.dumps({"prompt": [{"role": "user", "content": str(i)}]}) for i in range(3))
+    )
+    assert [r["id"] for r in load_rows("anything", path=str(path))] == [
+        "train-000000",
+        "train-000001",
+        "train-000002",
+    ]
+    with pytest.raises(ConfigError, match="no bundled"):
+        load_rows("no-such-env")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_rows("x", path=str(tmp_path / "missing.jsonl"))
+
+
+def test_metrics_jsonl_truncate_and_plot(tmp_path):
+    logger = MetricsLogger(tmp_path)
+    for step in range(1, 6):
+        logger.log(step, "train", {"reward_mean": step / 5, "kl": 0.01 * step, "entropy": 1.0})
+    logger.log(5, "eval", {"success": 0.8, "success_se": 0.05})
+    logger.close()
+    with open(tmp_path / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 6, "kind": "tr')  # torn line from a kill
+    assert len(read_jsonl(tmp_path / "metrics.jsonl")) == 6
+    assert truncate_jsonl(tmp_path / "metrics.jsonl", 3) == 3
+    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+    png = plot_metrics(tmp_path)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "tensorboard").is_dir()

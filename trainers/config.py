@@ -1,0 +1,143 @@
+"""The configuration of a training run: one frozen dataclass, every field a ``skyrl train`` flag."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from skyrl_gym.errors import ConfigError
+
+__all__ = ["TrainConfig"]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """A GRPO/PPO run: data, model, rollouts, algorithm, optimizer, evaluation and bookkeeping.
+
+    The defaults are the main job: the bundled SmolLM2-135M-Instruct learning the two-turn
+    ``calculator`` tool-use task on CPU in about ten minutes."""
+
+    # ---------------------------------------------------------------- task and data
+    env: str = "calculator"
+    """Registered env id to train on."""
+    data: str | None = None
+    """JSONL/Parquet file of training rows; default: the env's bundled generator."""
+    eval_data: str | None = None
+    """JSONL/Parquet file of held-out rows; default: the env's bundled test split."""
+    train_prompts: int = 400
+    """How many training rows to use (0: all in the file)."""
+    eval_prompts: int = 64
+    """How many held-out rows to evaluate on (0: skip evaluation)."""
+    eval_samples: int = 4
+    """Samples per held-out row, at the training temperature."""
+    eval_before: bool = True
+    """Evaluate before the first step (the baseline)."""
+    eval_every: int = 0
+    """Evaluate every N steps as well as at the end (0: only before and after)."""
+    # ---------------------------------------------------------------- model
+    model: str = "smollm2-135m"
+    """Model path, Hugging Face id in the local cache, or 'smollm2-135m' (the bundled model)."""
+    lora_rank: int = 0
+    """LoRA rank through peft (0: full fine-tune). On CPU, LoRA saves memory, not time."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator."""
+    bf16: bool = True
+    """bf16 autocast for generation and training (about 2x faster forward/backward on this CPU)."""
+    # ---------------------------------------------------------------- rollouts
+    steps: int = 20
+    """Training steps (each: one batch of groups, one or more optimizer updates)."""
+    prompts_per_step: int = 4
+    """Prompts per step."""
+    group_size: int = 8
+    """Samples per prompt (the GRPO group)."""
+    temperature: float = 0.8
+    """Sampling temperature for training and evaluation rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    max_turns: int = 2
+    """Most policy turns per episode."""
+    max_tokens_per_turn: int = 40
+    """Most new tokens per turn."""
+    max_context_tokens: int = 2048
+    """Most tokens per episode, prompt included."""
+    stop: tuple[str, ...] = ("</tool_call>", "</answer>")
+    """Stop strings that end a turn early (kept in the output)."""
+    observation_style: Literal["messages", "inline"] = "messages"
+    """Observations as their own chat messages, or appended inside the assistant message."""
+    concurrency: int = 64
+    """Most episodes in flight at once."""
+    # ---------------------------------------------------------------- algorithm
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = "grpo"
+    """Advantage estimator."""
+    loss: Literal["ppo_clip", "gspo", "cispo", "importance_sampling"] = "ppo_clip"
+    """Policy loss."""
+    reduction: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    """How per-token losses become one number."""
+    eps_low: float = 0.2
+    """PPO lower clip."""
+    eps_high: float = 0.2
+    """PPO upper clip (0.28 is DAPO's clip-higher)."""
+    kl_coef: float = 0.0
+    """KL-to-reference coefficient (0: no reference model is kept)."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    gamma: float = 1.0
+    """Discount over turns for per-turn rewards (REINFORCE++)."""
+    truncated_is: bool = False
+    """Correct for sampler/trainer logprob mismatch with truncated importance sampling."""
+    skip_equal_reward_groups: bool = True
+    """Leave out groups whose samples all got the same reward (they carry no GRPO signal)."""
+    # ---------------------------------------------------------------- optimizer
+    lr: float = 1e-5
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up steps."""
+    grad_clip: float = 1.0
+    """Clip the gradient norm to this (0: no clipping)."""
+    updates_per_step: int = 1
+    """Optimizer updates per batch (minibatches x epochs); above 1 the old logprobs are computed
+    before the first update and PPO clipping matters."""
+    micro_batch_size: int = 8
+    """Sequences per forward/backward (gradient accumulation over the batch)."""
+    # ---------------------------------------------------------------- bookkeeping
+    run_dir: str = "runs/calculator"
+    """Where metrics, trajectories, checkpoints and plots go."""
+    checkpoint_every: int = 5
+    """Save a checkpoint every N steps (and at the end)."""
+    keep_checkpoints: int = 2
+    """How many checkpoints to keep."""
+    resume: bool = False
+    """Continue from the newest checkpoint in run_dir."""
+    seed: int = 0
+    """Seed for data order, sampling and initialization."""
+    threads: int = 0
+    """torch CPU threads (0: torch's default)."""
+    progress: bool = True
+    """Print a progress line per step."""
+
+    def __post_init__(self) -> None:
+        positive = (
+            "steps",
+            "prompts_per_step",
+            "group_size",
+            "max_turns",
+            "max_tokens_per_turn",
+            "micro_batch_size",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.updates_per_step < 1:
+            raise ConfigError(f"updates_per_step must be >= 1, got {self.updates_per_step}")
+        if self.temperature <= 0:
+            raise ConfigError("temperature must be > 0 for RL rollouts (greedy samples give GRPO no signal)")
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.group_size < 2 and self.advantage in ("grpo", "dr_grpo", "rloo"):
+            raise ConfigError(f"{self.advantage} needs group_size >= 2 (a baseline from the other samples)")
+        if isinstance(self.stop, str):
+            raise ConfigError("stop must be a tuple of strings")

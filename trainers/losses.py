@@ -1,0 +1,493 @@
+"""Policy losses, loss reductions and the entropy bonus, as pure functions.
+
+Conventions (shared with :mod:`trainers.advantages` and :mod:`trainers.kl`):
+
+- A batch is ``B`` sequences by ``T`` token positions. ``mask_BT`` is 1 on tokens the model
+  generated itself (the ones trained on) and 0 on prompt, padding and observation tokens.
+- ``logprobs_BT`` are the current policy's log-probabilities of the sampled tokens (with
+  gradient); ``old_logprobs_BT`` the same tokens under the policy that sampled them, as
+  recomputed by the trainer (no gradient); ``rollout_logprobs_BT`` what the inference engine
+  reported while sampling (optional; used by truncated importance sampling).
+- Every policy loss computes a per-token loss ``loss_BT``, optionally multiplies it by a truncated
+  importance-sampling weight, and reduces it with :func:`reduce_loss`. It returns
+  ``(loss, PolicyLossStats)``; the loss is a scalar tensor to minimize (the negative objective).
+- Masked-out positions contribute nothing to the loss or the gradient, whatever their inputs hold
+  (even ``inf`` or ``nan``): inputs are zeroed there before any arithmetic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from skyrl_gym.errors import ConfigError
+from trainers._masked import as_mask, check_shape, masked_mean
+from trainers.types import (
+    EntropyStats,
+    LossReduction,
+    PolicyLossConfig,
+    PolicyLossStats,
+    PolicyLossType,
+    parse_choice,
+)
+
+__all__ = [
+    "reduce_loss",
+    "policy_loss",
+    "ppo_clip_loss",
+    "gspo_loss",
+    "cispo_loss",
+    "importance_sampling_loss",
+    "entropy_from_logits",
+    "token_logprobs_from_logits",
+    "entropy_bonus_loss",
+]
+
+_DEFAULT_CONFIG = PolicyLossConfig()
+
+
+def reduce_loss(
+    loss_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    mode: LossReduction | str = LossReduction.TOKEN_MEAN,
+    *,
+    norm_constant: float | None = None,
+    num_tokens: float | None = None,
+    num_sequences: float | None = None,
+) -> torch.Tensor:
+    """Reduce a per-token loss to a scalar over the trained tokens.
+
+    - ``token_mean``: ``sum(loss * mask) / num_tokens`` (every token weighs the same; DAPO).
+    - ``seq_mean_token_mean``: the mean over each sequence's trained tokens, summed over
+      sequences and divided by ``num_sequences`` (every sequence weighs the same; the original
+      GRPO). Short sequences weigh more per token, which Dr. GRPO calls a length bias.
+    - ``seq_mean_token_sum_norm``: ``sum(loss * mask) / (num_sequences * norm_constant)`` (Dr.
+      GRPO, Liu et al. 2025: a constant in place of each sequence's length, so no length bias).
+      ``norm_constant`` defaults to ``T``; set it to the maximum generation length.
+
+    ``num_tokens`` and ``num_sequences`` default to this batch's counts (``mask_BT.sum()`` and
+    ``B``; sequences without a trained token count as zero loss). Pass the counts of the whole
+    optimizer step when a step is split into micro-batches, so that summing micro-batch losses
+    gives the loss of the full batch.
+    """
+    check_shape("mask_BT", mask_BT, tuple(loss_BT.shape))
+    if loss_BT.dim() != 2:
+        raise ConfigError(f"loss_BT must have 2 dimensions (B x T), got shape {tuple(loss_BT.shape)}")
+    mode = parse_choice(LossReduction, mode)
+    m_BT = as_mask(mask_BT, loss_BT)  # B x T
+    safe_BT = torch.where(m_BT > 0, loss_BT, torch.zeros_like(loss_BT))  # B x T, masked-out = 0
+    B, T = loss_BT.shape
+    n_seq = float(num_sequences) if num_sequences is not None else float(B)
+    match mode:
+        case LossReduction.TOKEN_MEAN:
+            denom = m_BT.sum().clamp(min=1) if num_tokens is None else float(num_tokens)
+            return safe_BT.sum() / denom
+        case LossReduction.SEQ_MEAN_TOKEN_MEAN:
+            per_seq_B = safe_BT.sum(dim=1) / m_BT.sum(dim=1).clamp(min=1)  # B
+            return per_seq_B.sum() / max(n_seq, 1.0)
+        case LossReduction.SEQ_MEAN_TOKEN_SUM_NORM:
+            constant = float(norm_constant) if norm_constant is not None else float(T)
+            return safe_BT.sum() / max(n_seq * constant, 1.0)
+    raise ValueError(f"unknown loss reduction {mode!r}")
+
+
+def _zero_masked(x_BT: torch.Tensor | None, m_BT: torch.Tensor) -> torch.Tensor | None:
+    """``x_BT`` with masked-out positions set to 0, so no ``inf``/``nan`` there reaches a gradient."""
+    if x_BT is None:
+        return None
+    return torch.where(m_BT > 0, x_BT, torch.zeros_like(x_BT))
+
+
+def _prepare(
+    logprobs_BT: torch.Tensor,
+    old_logprobs_BT: torch.Tensor,
+    advantages_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    rollout_logprobs_BT: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    if logprobs_BT.dim() != 2:
+        raise ConfigError(f"logprobs_BT must have 2 dimensions (B x T), got shape {tuple(logprobs_BT.shape)}")
+    shape = tuple(logprobs_BT.shape)
+    for name, t in (
+        ("old_logprobs_BT", old_logprobs_BT),
+        ("advantages_BT", advantages_BT),
+        ("mask_BT", mask_BT),
+        ("rollout_logprobs_BT", rollout_logprobs_BT),
+    ):
+        check_shape(name, t, shape)
+    m_BT = as_mask(mask_BT, logprobs_BT)  # B x T
+    logp_BT = _zero_masked(logprobs_BT, m_BT)  # B x T
+    old_BT = _zero_masked(old_logprobs_BT.detach().to(logprobs_BT.dtype), m_BT)  # B x T
+    adv_BT = _zero_masked(advantages_BT.detach().to(logprobs_BT.dtype), m_BT)  # B x T
+    rollout_BT = None
+    if rollout_logprobs_BT is not None:
+        rollout_BT = _zero_masked(rollout_logprobs_BT.detach().to(logprobs_BT.dtype), m_BT)
+    return logp_BT, old_BT, adv_BT, m_BT, rollout_BT
+
+
+def _clipped_surrogate(
+    ratio_BT: torch.Tensor,
+    adv_BT: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    dual_clip_c: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO's pessimistic clipped loss ``max(-A r, -A clip(r))`` plus the dual clip.
+
+    Returns ``loss_BT`` and the boolean masks of tokens clipped low, clipped high and dual-clipped
+    (the tokens whose gradient the clip removes)."""
+    unclipped_BT = -adv_BT * ratio_BT  # B x T
+    clipped_BT = -adv_BT * ratio_BT.clamp(1.0 - eps_low, 1.0 + eps_high)  # B x T
+    loss_BT = torch.maximum(unclipped_BT, clipped_BT)  # B x T
+    low_BT = (adv_BT < 0) & (ratio_BT < 1.0 - eps_low)  # B x T: clipped term chosen, constant
+    high_BT = (adv_BT > 0) & (ratio_BT > 1.0 + eps_high)  # B x T
+    dual_BT = torch.zeros_like(low_BT)
+    if dual_clip_c is not None:
+        bound_BT = -adv_BT * dual_clip_c  # B x T, positive where A < 0
+        dual_BT = (adv_BT < 0) & (loss_BT > bound_BT)  # B x T, i.e. ratio > c
+        loss_BT = torch.where(adv_BT < 0, torch.minimum(loss_BT, bound_BT), loss_BT)  # B x T
+    return loss_BT, low_BT, high_BT, dual_BT
+
+
+def _finish(
+    loss_BT: torch.Tensor,
+    m_BT: torch.Tensor,
+    config: PolicyLossConfig,
+    *,
+    token_log_ratio_BT: torch.Tensor,
+    ratio_BT: torch.Tensor,
+    low_BT: torch.Tensor,
+    high_BT: torch.Tensor,
+    dual_BT: torch.Tensor,
+    old_BT: torch.Tensor,
+    rollout_BT: torch.Tensor | None,
+) -> tuple[torch.Tensor, PolicyLossStats]:
+    """Apply truncated importance sampling, reduce, and collect the stats (one device sync)."""
+    if config.truncated_is and rollout_BT is None:
+        raise ConfigError(
+            "PolicyLossConfig.truncated_is is on but rollout_logprobs_BT was not given: pass the "
+            "inference engine's logprobs of the sampled tokens, or set truncated_is=False"
+        )
+    with torch.no_grad():
+        extra: dict[str, torch.Tensor] = {}
+        if rollout_BT is not None:
+            rollout_log_ratio_BT = old_BT - rollout_BT  # B x T, log(pi_old / pi_rollout)
+            # k3 of KL(rollout || old) on tokens sampled by the rollout engine
+            k3_BT = torch.expm1(rollout_log_ratio_BT) - rollout_log_ratio_BT  # B x T
+            extra["rollout_kl"] = masked_mean(k3_BT, m_BT)
+            if config.truncated_is:
+                raw_w_BT = rollout_log_ratio_BT.exp()  # B x T
+                w_BT = raw_w_BT.clamp(max=config.tis_cap)  # B x T
+                extra["tis_weight_mean"] = masked_mean(w_BT, m_BT)
+                extra["tis_capped_frac"] = masked_mean((raw_w_BT > config.tis_cap).to(m_BT.dtype), m_BT)
+    if config.truncated_is:
+        loss_BT = loss_BT * w_BT  # B x T, w_BT carries no gradient
+    loss = reduce_loss(loss_BT, m_BT, config.reduction, norm_constant=config.norm_constant)
+    with torch.no_grad():
+        on_BT = m_BT > 0  # B x T
+        r_BT = ratio_BT.detach()  # B x T
+        log_r_BT = token_log_ratio_BT.detach()  # B x T
+        # k3 of KL(old || new): r = new/old on tokens sampled from old
+        approx_kl_BT = torch.expm1(log_r_BT) - log_r_BT  # B x T
+        inf = torch.tensor(float("inf"), dtype=r_BT.dtype, device=r_BT.device)
+        named = {
+            "loss": loss.detach(),
+            "num_tokens": m_BT.sum(),
+            "clip_frac_low": masked_mean(low_BT.to(m_BT.dtype), m_BT),
+            "clip_frac_high": masked_mean(high_BT.to(m_BT.dtype), m_BT),
+            "dual_clip_frac": masked_mean(dual_BT.to(m_BT.dtype), m_BT),
+            "ratio_mean": masked_mean(r_BT, m_BT),
+            "ratio_max": torch.where(on_BT, r_BT, -inf).max(),
+            "ratio_min": torch.where(on_BT, r_BT, inf).min(),
+            "approx_kl": masked_mean(approx_kl_BT, m_BT),
+            **extra,
+        }
+        values = dict(zip(named, torch.stack([v.float() for v in named.values()]).tolist(), strict=True))
+    num_tokens = int(values.pop("num_tokens"))
+    if num_tokens == 0:
+        values.update(ratio_mean=1.0, ratio_max=1.0, ratio_min=1.0)
+    return loss, PolicyLossStats(num_tokens=num_tokens, **values)
+
+
+def ppo_clip_loss(
+    logprobs_BT: torch.Tensor,
+    old_logprobs_BT: torch.Tensor,
+    advantages_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    config: PolicyLossConfig = _DEFAULT_CONFIG,
+    *,
+    rollout_logprobs_BT: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, PolicyLossStats]:
+    """PPO's clipped surrogate (Schulman et al. 2017) with clip-higher and dual clip.
+
+    Per token, with ``r = exp(logprobs - old_logprobs)``::
+
+        loss = max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high))
+
+    Separate ``eps_low``/``eps_high`` is DAPO's clip-higher (Yu et al. 2025): a larger upper bound
+    lets low-probability tokens grow, against entropy collapse. The dual clip (Ye et al. 2020,
+    "Mastering Complex Control in MOBA Games") bounds the loss of negative-advantage tokens by
+    ``-c * A`` so a huge ratio cannot blow up the update: ``loss = min(loss, -c * A)`` for ``A < 0``.
+    Kept: the token-level min/clip. Dropped: PPO's value loss and entropy term (see
+    :func:`entropy_bonus_loss`; a critic is the trainer's job).
+    """
+    logp_BT, old_BT, adv_BT, m_BT, rollout_BT = _prepare(
+        logprobs_BT, old_logprobs_BT, advantages_BT, mask_BT, rollout_logprobs_BT
+    )
+    log_ratio_BT = logp_BT - old_BT  # B x T
+    ratio_BT = log_ratio_BT.exp()  # B x T
+    loss_BT, low_BT, high_BT, dual_BT = _clipped_surrogate(
+        ratio_BT, adv_BT, config.eps_low, config.eps_high, config.dual_clip_c
+    )
+    return _finish(
+        loss_BT,
+        m_BT,
+        config,
+        token_log_ratio_BT=log_ratio_BT,
+        ratio_BT=ratio_BT,
+        low_BT=low_BT,
+        high_BT=high_BT,
+        dual_BT=dual_BT,
+        old_BT=old_BT,
+        rollout_BT=rollout_BT,
+    )
+
+
+def gspo_loss(
+    logprobs_BT: torch.Tensor,
+    old_logprobs_BT: torch.Tensor,
+    advantages_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    config: PolicyLossConfig = _DEFAULT_CONFIG,
+    *,
+    rollout_logprobs_BT: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, PolicyLossStats]:
+    """GSPO, Group Sequence Policy Optimization (Zheng et al. 2025, Qwen).
+
+    The importance ratio is per sequence and length-normalized, the geometric mean of the token
+    ratios: ``s_i = exp(mean_t(logprobs - old_logprobs))`` over sequence ``i``'s trained tokens.
+    The PPO clip is applied to ``s_i`` with GSPO's own, much narrower range
+    (``gspo_eps_low``/``gspo_eps_high``, 3e-4/4e-4 in the paper). A clipped sequence contributes
+    no gradient at all.
+
+    Implemented in the paper's GSPO-token form, ``s_i,t = sg[s_i] * pi(y_t) / sg[pi(y_t)]``: its
+    value is ``s_i`` on every token and its gradient is ``s_i * grad log pi(y_t)``, so with one
+    advantage per sequence it equals sequence-level GSPO, and per-token advantages (e.g. from
+    GAE) also work. Use reduction ``seq_mean_token_mean`` to match the paper's objective exactly.
+    Dropped: nothing else; the dual clip does not apply.
+    """
+    logp_BT, old_BT, adv_BT, m_BT, rollout_BT = _prepare(
+        logprobs_BT, old_logprobs_BT, advantages_BT, mask_BT, rollout_logprobs_BT
+    )
+    token_log_ratio_BT = logp_BT - old_BT  # B x T
+    seq_log_ratio_B = masked_mean(token_log_ratio_BT, m_BT, dim=1)  # B, log s_i
+    log_s_BT = seq_log_ratio_B.detach()[:, None] + logp_BT - logp_BT.detach()  # B x T, value log s_i
+    ratio_BT = log_s_BT.exp()  # B x T
+    loss_BT, low_BT, high_BT, _ = _clipped_surrogate(
+        ratio_BT, adv_BT, config.gspo_eps_low, config.gspo_eps_high, None
+    )
+    return _finish(
+        loss_BT,
+        m_BT,
+        config,
+        token_log_ratio_BT=token_log_ratio_BT,
+        ratio_BT=ratio_BT,
+        low_BT=low_BT,
+        high_BT=high_BT,
+        dual_BT=torch.zeros_like(low_BT),
+        old_BT=old_BT,
+        rollout_BT=rollout_BT,
+    )
+
+
+def cispo_loss(
+    logprobs_BT: torch.Tensor,
+    old_logprobs_BT: torch.Tensor,
+    advantages_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    config: PolicyLossConfig = _DEFAULT_CONFIG,
+    *,
+    rollout_logprobs_BT: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, PolicyLossStats]:
+    """CISPO, Clipped IS-weight Policy Optimization (MiniMax-M1, Chen et al. 2025).
+
+    Per token: ``loss = -sg[clip(r, 1 - cispo_eps_low, 1 + cispo_eps_high)] * A * logprobs``.
+    Unlike PPO, no token loses its gradient: the importance weight is clipped and detached, and
+    multiplies a REINFORCE term. Kept: the paper's default of no lower bound
+    (``cispo_eps_low=1.0``). Dropped: the paper's optional token mask that recovers PPO-style
+    dropping. The loss value is a log-likelihood, not on PPO's scale; compare gradients, not values.
+    Stats: ``clip_frac_low``/``clip_frac_high`` count truncated weights whatever the advantage's sign.
+    """
+    logp_BT, old_BT, adv_BT, m_BT, rollout_BT = _prepare(
+        logprobs_BT, old_logprobs_BT, advantages_BT, mask_BT, rollout_logprobs_BT
+    )
+    log_ratio_BT = logp_BT - old_BT  # B x T
+    ratio_BT = log_ratio_BT.exp()  # B x T
+    lo, hi = 1.0 - config.cispo_eps_low, 1.0 + config.cispo_eps_high
+    weight_BT = ratio_BT.clamp(lo, hi).detach()  # B x T, stop-gradient
+    loss_BT = -weight_BT * adv_BT * logp_BT  # B x T
+    return _finish(
+        loss_BT,
+        m_BT,
+        config,
+        token_log_ratio_BT=log_ratio_BT,
+        ratio_BT=ratio_BT,
+        low_BT=ratio_BT < lo,
+        high_BT=ratio_BT > hi,
+        dual_BT=torch.zeros_like(ratio_BT, dtype=torch.bool),
+        old_BT=old_BT,
+        rollout_BT=rollout_BT,
+    )
+
+
+def importance_sampling_loss(
+    logprobs_BT: torch.Tensor,
+    old_logprobs_BT: torch.Tensor,
+    advantages_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    config: PolicyLossConfig = _DEFAULT_CONFIG,
+    *,
+    rollout_logprobs_BT: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, PolicyLossStats]:
+    """Plain importance-sampled policy gradient: ``loss = -r * A`` per token, no clipping.
+
+    On-policy (``r = 1``) its gradient is REINFORCE's ``-A * grad log pi`` (Williams 1992); off
+    policy it is the unbiased but unbounded-variance importance-sampling estimator. Use it for a
+    single update per batch or as a reference against which clipping is measured (this is also
+    the loss Tinker calls ``importance_sampling``).
+    """
+    logp_BT, old_BT, adv_BT, m_BT, rollout_BT = _prepare(
+        logprobs_BT, old_logprobs_BT, advantages_BT, mask_BT, rollout_logprobs_BT
+    )
+    log_ratio_BT = logp_BT - old_BT  # B x T
+    ratio_BT = log_ratio_BT.exp()  # B x T
+    loss_BT = -ratio_BT * adv_BT  # B x T
+    never_BT = torch.zeros_like(ratio_BT, dtype=torch.bool)
+    return _finish(
+        loss_BT,
+        m_BT,
+        config,
+        token_log_ratio_BT=log_ratio_BT,
+        ratio_BT=ratio_BT,
+        low_BT=never_BT,
+        high_BT=never_BT,
+        dual_BT=never_BT,
+        old_BT=old_BT,
+        rollout_BT=rollout_BT,
+    )
+
+
+_POLICY_LOSSES: dict[PolicyLossType, Callable[..., tuple[torch.Tensor, PolicyLossStats]]] = {
+    PolicyLossType.PPO_CLIP: ppo_clip_loss,
+    PolicyLossType.GSPO: gspo_loss,
+    PolicyLossType.CISPO: cispo_loss,
+    PolicyLossType.IMPORTANCE_SAMPLING: importance_sampling_loss,
+}
+
+
+def policy_loss(
+    name: PolicyLossType | str,
+    logprobs_BT: torch.Tensor,
+    old_logprobs_BT: torch.Tensor,
+    advantages_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    config: PolicyLossConfig = _DEFAULT_CONFIG,
+    *,
+    rollout_logprobs_BT: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, PolicyLossStats]:
+    """The policy loss called ``name`` (a :class:`PolicyLossType` value) on one batch.
+
+    Returns the scalar loss to minimize and its stats. ``rollout_logprobs_BT`` is needed when
+    ``config.truncated_is`` is on; when given otherwise it only feeds ``stats.rollout_kl``.
+    """
+    kind = parse_choice(PolicyLossType, name)
+    fn = _POLICY_LOSSES.get(kind)
+    if fn is None:
+        raise ValueError(f"unknown policy loss {name!r}")
+    return fn(
+        logprobs_BT, old_logprobs_BT, advantages_BT, mask_BT, config, rollout_logprobs_BT=rollout_logprobs_BT
+    )
+
+
+def _rowwise_chunked(
+    fn: Callable[[torch.Tensor], torch.Tensor], x_NV: torch.Tensor, chunk_size: int
+) -> torch.Tensor:
+    """``fn`` over row chunks of ``x_NV``; under autograd each chunk is checkpointed, so only the
+    input is kept and the float32 intermediates (``chunk_size x V``) are recomputed in backward."""
+    if chunk_size < 1:
+        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
+    outs = []
+    for chunk_CV in x_NV.split(chunk_size, dim=0):
+        if torch.is_grad_enabled() and chunk_CV.requires_grad:
+            outs.append(checkpoint(fn, chunk_CV, use_reentrant=False))
+        else:
+            outs.append(fn(chunk_CV))
+    return torch.cat(outs) if outs else x_NV.new_zeros((0,), dtype=torch.float32)
+
+
+def _entropy_rows(logits_CV: torch.Tensor) -> torch.Tensor:
+    x_CV = logits_CV.float()  # C x V, float32 even for bf16 logits
+    lse_C = torch.logsumexp(x_CV, dim=-1)  # C
+    p_CV = torch.softmax(x_CV, dim=-1)  # C x V
+    return lse_C - (p_CV * x_CV).sum(dim=-1)  # C: H = logsumexp(x) - sum p x
+
+
+def entropy_from_logits(logits_BTV: torch.Tensor, chunk_size: int = 1024) -> torch.Tensor:
+    """Per-token entropy ``H = -sum_v p_v log p_v`` (nats) of ``softmax(logits)``, shape ``B x T``.
+
+    Computed as ``logsumexp(x) - sum_v softmax(x)_v x_v`` in float32, ``chunk_size`` rows of
+    ``B*T`` at a time; with gradient each chunk is recomputed in backward, so peak extra memory is
+    a few ``chunk_size x V`` float32 buffers, not ``B x T x V`` ones.
+    """
+    B, T, V = logits_BTV.shape
+    return _rowwise_chunked(_entropy_rows, logits_BTV.reshape(B * T, V), chunk_size).view(B, T)
+
+
+def token_logprobs_from_logits(
+    logits_BTV: torch.Tensor, token_ids_BT: torch.Tensor, chunk_size: int = 1024
+) -> torch.Tensor:
+    """``log softmax(logits)[token]`` for each position, shape ``B x T``, in float32.
+
+    ``logits_BTV[:, t]`` must be the logits that predicted ``token_ids_BT[:, t]`` (shift the
+    model's output by one first). Chunked like :func:`entropy_from_logits`."""
+    B, T, V = logits_BTV.shape
+    check_shape("token_ids_BT", token_ids_BT, (B, T))
+    ids_N = token_ids_BT.reshape(B * T, 1).long()  # N x 1
+    logits_NV = logits_BTV.reshape(B * T, V)  # N x V
+    if chunk_size < 1:
+        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
+    outs = []
+    for start in range(0, B * T, chunk_size):
+        chunk_CV = logits_NV[start : start + chunk_size]
+        ids_C1 = ids_N[start : start + chunk_size]
+
+        def rows(x_CV: torch.Tensor, ids_C1: torch.Tensor = ids_C1) -> torch.Tensor:
+            x_CV = x_CV.float()  # C x V
+            return x_CV.gather(-1, ids_C1).squeeze(-1) - torch.logsumexp(x_CV, dim=-1)  # C
+
+        if torch.is_grad_enabled() and chunk_CV.requires_grad:
+            outs.append(checkpoint(rows, chunk_CV, use_reentrant=False))
+        else:
+            outs.append(rows(chunk_CV))
+    return torch.cat(outs).view(B, T) if outs else logits_BTV.new_zeros((B, T), dtype=torch.float32)
+
+
+def entropy_bonus_loss(
+    entropy_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    coef: float,
+    reduction: LossReduction | str = LossReduction.TOKEN_MEAN,
+    *,
+    norm_constant: float | None = None,
+) -> tuple[torch.Tensor, EntropyStats]:
+    """The entropy bonus as a loss term: ``-coef * reduce(entropy_BT)`` (adding it to the loss
+    rewards higher entropy). ``entropy_BT`` comes from :func:`entropy_from_logits`; PPO
+    (Schulman et al. 2017) uses this term, GRPO and DAPO drop it (``coef=0``)."""
+    check_shape("mask_BT", mask_BT, tuple(entropy_BT.shape))
+    m_BT = as_mask(mask_BT, entropy_BT)  # B x T
+    loss = -coef * reduce_loss(entropy_BT, m_BT, reduction, norm_constant=norm_constant)
+    with torch.no_grad():
+        stats = EntropyStats(entropy_mean=masked_mean(entropy_BT.detach(), m_BT).item(), loss=loss.item())
+    return loss, stats

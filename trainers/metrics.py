@@ -1,0 +1,124 @@
+"""Metrics to JSONL (always), TensorBoard (when installed) and PNG plots in the run directory.
+
+Every record is one JSON line ``{"step": N, "kind": "train" | "eval", ...}`` in
+``<run_dir>/metrics.jsonl``. On resume, :func:`truncate_jsonl` drops lines written after the
+checkpoint's step, so the file never holds a step twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MetricsLogger", "truncate_jsonl", "read_jsonl", "plot_metrics"]
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """All records of a JSONL file (a torn last line, from a kill mid-write, is skipped)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def truncate_jsonl(path: str | os.PathLike, max_step: int, key: str = "step") -> int:
+    """Keep only records with ``record[key] <= max_step``; returns how many were dropped."""
+    p = Path(path)
+    if not p.exists():
+        return 0
+    records = read_jsonl(p)
+    kept = [r for r in records if r.get(key, 0) <= max_step]
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    os.replace(tmp, p)
+    return len(records) - len(kept)
+
+
+class MetricsLogger:
+    """Append metrics records to ``metrics.jsonl`` and, if available, TensorBoard."""
+
+    def __init__(self, run_dir: str | os.PathLike, tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "metrics.jsonl"
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+            except ImportError:
+                self._tb = None
+
+    def log(self, step: int, kind: str, values: Mapping[str, Any]) -> None:
+        """Write one record; numeric values also go to TensorBoard as ``kind/name``."""
+        record = {"step": step, "kind": kind, **values}
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(record, default=float) + "\n")
+            fh.flush()
+        if self._tb is not None:
+            for name, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    self._tb.add_scalar(f"{kind}/{name}", value, step)
+            self._tb.flush()
+
+    def close(self) -> None:
+        """Flush and close TensorBoard."""
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+
+_PANELS = (
+    ("reward_mean", "reward (train batch)"),
+    ("success", "held-out success"),
+    ("kl", "KL to reference"),
+    ("entropy", "entropy (nats/token)"),
+    ("response_tokens_mean", "generated tokens per episode"),
+    ("tokens_per_s", "training throughput (tokens/s)"),
+)
+
+
+def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
+    """Draw reward, held-out success, KL, entropy, lengths and throughput to ``metrics.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    for ax, (key, title) in zip(axes.flat, _PANELS, strict=True):
+        for kind, style in (("train", "-o"), ("eval", "-s")):
+            pts = [
+                (r["step"], r[key])
+                for r in records
+                if r.get("kind") == kind and isinstance(r.get(key), (int, float))
+            ]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, ys, style, markersize=3, label=kind)
+                if key == "success" and kind == "eval":
+                    errs = [r.get("success_se", 0.0) for r in records if r.get("kind") == "eval" and key in r]
+                    ax.errorbar(xs, ys, yerr=errs, fmt="none", capsize=3)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(out) if out is not None else run_dir / "metrics.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
