@@ -148,3 +148,30 @@ def test_rollout_bundled_smollm2_on_tool_use_and_sql(registered, tmp_path, capsy
     assert len(sql) == 2 and all(not t.masked for t in sql)
     assert all(t.num_turns >= 1 for t in sql)
     assert "episodes" in capsys.readouterr().out
+
+
+def test_rollout_on_the_builtin_calculator_env(tmp_path):
+    out = tmp_path / "calc.jsonl"
+    assert (
+        _cli(
+            [
+                "rollout",
+                "--env",
+                "calculator",
+                "--model",
+                "tiny-random",
+                "--n",
+                "2",
+                "--max-turns",
+                "2",
+                "--max-tokens",
+                "4",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    trajs = load_jsonl(out)
+    assert len(trajs) == 2 and all(t.env_id == "calculator" and not t.masked for t in trajs)

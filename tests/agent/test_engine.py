@@ -167,9 +167,9 @@ def test_env_setup_timeout_is_masked_and_the_late_env_closed(tokenizer):
     cfg = RolloutConfig(env_setup_timeout_s=0.05, max_retries=0)
 
     async def main():
-        result = await RolloutEngine(ScriptedPolicy(tokenizer, ["a"]), cfg, env_factory=slow_factory, progress=False).run(
-            _items(1)
-        )
+        result = await RolloutEngine(
+            ScriptedPolicy(tokenizer, ["a"]), cfg, env_factory=slow_factory, progress=False
+        ).run(_items(1))
         await asyncio.sleep(0.6)  # the abandoned set-up finishes; its env is closed
         return result
 

@@ -35,5 +35,7 @@ def test_tiny_random_model_is_seeded(tokenizer):
 
     a, _ = tiny_random_model(tokenizer, seed=3)
     b, _ = tiny_random_model(tokenizer, seed=3)
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
     assert a.config.vocab_size == len(tokenizer) and sum(p.numel() for p in a.parameters()) < 10_000_000
