@@ -112,6 +112,9 @@ class HFPolicy:
 
         Use from one event loop at a time."""
         loop = asyncio.get_running_loop()
+        if self._worker is not None and self._worker.get_loop() is not loop:
+            # requests left by an earlier event loop (a run that was interrupted) are dropped
+            self._pending = [(r, f) for r, f in self._pending if f.get_loop() is loop]
         futures = []
         for req in requests:
             fut: asyncio.Future[GenerateOutput] = loop.create_future()

@@ -116,3 +116,22 @@ def test_bundled_smollm2_generates_a_chat_reply():
     ref = _full_logprobs(policy.model, ids, out.token_ids)
     assert torch.allclose(ref, torch.tensor(out.logprobs), atol=1e-3)
     policy.close()
+
+
+def test_policy_survives_an_interrupted_event_loop(tiny_policy, tokenizer):
+    ids = tokenizer.encode("Hello")
+
+    async def interrupted():
+        task = asyncio.ensure_future(
+            tiny_policy.generate([GenerateRequest(ids, SamplingParams(max_tokens=50))])
+        )
+        await asyncio.sleep(0)  # queued, then the loop ends before the batch starts
+        task.cancel()
+
+    asyncio.run(interrupted())
+
+    async def fresh():
+        return await tiny_policy.generate([GenerateRequest(ids, SamplingParams(max_tokens=3, seed=1))])
+
+    out = asyncio.run(fresh())[0]
+    assert len(out.token_ids) == 3
