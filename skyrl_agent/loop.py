@@ -227,15 +227,17 @@ async def run_episode(
                 if turn == config.max_turns - 1:
                     stop = StopReason.MAX_TURNS
                     break
-                ended_eos = (
-                    out.finish_reason == FinishReason.STOP and out.token_ids[-1] == renderer.eos_token_id
-                )
+                # a turn that ended with the template's own end-of-turn token is closed; one cut
+                # by a stop string or max_tokens gets the closing text appended (mask 0)
+                ended_eos = out.finish_reason == FinishReason.STOP and renderer.closes_turn(out.token_ids[-1])
                 obs = list(step.observations)
                 inline_open = config.observation_style == "inline" and not ended_eos
                 if inline_open:
                     obs_ids = renderer.encode_text("".join(str(m.get("content") or "") for m in obs))
                 else:
-                    obs_ids = renderer.encode_observation(obs, tools, turn_ended_with_eos=ended_eos)
+                    obs_ids = renderer.encode_observation(
+                        obs, tools, turn_ended_with_eos=ended_eos, last_token_id=out.token_ids[-1]
+                    )
                 if len(prompt_ids) + len(response_ids) + len(obs_ids) >= config.max_context_tokens:
                     stop = StopReason.CONTEXT_LIMIT
                     break
