@@ -135,3 +135,29 @@ def test_policy_survives_an_interrupted_event_loop(tiny_policy, tokenizer):
 
     out = asyncio.run(fresh())[0]
     assert len(out.token_ids) == 3
+
+
+def test_filters_reduce_to_greedy_at_their_limits(tiny_policy, tokenizer):
+    ids = tokenizer.encode("Once upon a time there was")
+    greedy = tiny_policy.generate_sync([GenerateRequest(ids, SamplingParams(max_tokens=8, temperature=0))])[0]
+    for params in (
+        SamplingParams(max_tokens=8, top_k=1, seed=1),
+        SamplingParams(max_tokens=8, top_p=1e-6, seed=2),
+        SamplingParams(max_tokens=8, temperature=0, seed=3),
+    ):
+        out = tiny_policy.generate_sync([GenerateRequest(ids, params)])[0]
+        assert out.token_ids == greedy.token_ids, params
+
+
+def test_top_k_restricts_the_sampled_tokens(tiny, tiny_policy, tokenizer):
+    model, _ = tiny
+    ids = tokenizer.encode("Hello")
+    with torch.no_grad():
+        top5 = set(torch.topk(model(torch.tensor([ids])).logits[0, -1], 5).indices.tolist())
+    firsts = {
+        tiny_policy.generate_sync([GenerateRequest(ids, SamplingParams(max_tokens=1, top_k=5, seed=s))])[
+            0
+        ].token_ids[0]
+        for s in range(30)
+    }
+    assert firsts <= top5 and len(firsts) > 1
