@@ -161,3 +161,11 @@ def test_top_k_restricts_the_sampled_tokens(tiny, tiny_policy, tokenizer):
         for s in range(30)
     }
     assert firsts <= top5 and len(firsts) > 1
+
+
+def test_stop_string_made_of_multibyte_characters_is_found(tiny_policy, tokenizer):
+    ids = tokenizer.encode("some text then 数据库 and more", add_special_tokens=False)
+    # grow the output token by token, as generation does: the first hit is where 数据 completes
+    hits = [k for k in range(1, len(ids) + 1) if tiny_policy._find_stop(ids[:k], ("数据",))]
+    assert hits, "stop string never found"
+    assert "数据" in tokenizer.decode(ids[: hits[0]]) and "数据" not in tokenizer.decode(ids[: hits[0] - 1])
