@@ -1,9 +1,11 @@
 """``skyrl rollout``: play episodes of a registered env with a model and save the trajectories.
+``skyrl eval``: the same, greedy by default, summarized as success rate, pass@k and env metrics.
 
 ::
 
     skyrl rollout --env text2sql --n 4 --concurrency 8 --out runs/sql.jsonl
     skyrl rollout --env my_env --prompts data.jsonl --model ./my-model --max-turns 4
+    skyrl eval --env calculator --num-prompts 32 --n 4 --temperature 0.8 --success-threshold 0.8
 
 The model defaults to the bundled SmolLM2-135M-Instruct; prompts default to the env's
 ``example()``. The output format follows the extension (``.jsonl`` or ``.parquet``). A summary
@@ -16,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["add_rollout_command"]
+__all__ = ["add_rollout_command", "add_eval_command"]
 
 
 def add_rollout_command(subparsers: argparse._SubParsersAction) -> None:
@@ -27,8 +29,30 @@ def add_rollout_command(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--env", required=True, help="registered env id (see `skyrl envs`)")
     p.add_argument("--out", required=True, help="output file: .jsonl or .parquet")
+    _add_common(p, temperature=0.7)
+    p.set_defaults(handler=_rollout)
+
+
+def add_eval_command(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``skyrl eval``: success rate, pass@k and env metrics of a model on an env."""
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a model on an env: success rate, pass@k, env metrics",
+        description="Play episodes (greedy by default) and print success rate, pass@k and the env's "
+        "aggregated metrics. Masked episodes (infrastructure failures) are counted apart.",
+    )
+    p.add_argument("--out", default=None, help="also save the trajectories (.jsonl or .parquet)")
+    p.add_argument(
+        "--success-threshold", type=float, default=1.0, help="reward at or above which an episode succeeds"
+    )
+    p.add_argument("--k", type=int, nargs="+", default=None, help="pass@k values (default: 1 and --n)")
+    _add_common(p, temperature=0.0)
+    p.set_defaults(handler=_eval)
+
+
+def _add_common(p: argparse.ArgumentParser, temperature: float) -> None:
+    p.add_argument("--env", required=True, help="registered env id (see `skyrl envs`)")
     p.add_argument(
         "--model", default="smollm2-135m", help="model directory, or 'smollm2-135m' (bundled, default)"
     )
@@ -45,7 +69,7 @@ def add_rollout_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=128, help="most new tokens per turn")
     p.add_argument("--max-context", type=int, default=4096, help="most tokens per episode")
     p.add_argument("--deadline", type=float, default=600.0, help="seconds per episode")
-    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--temperature", type=float, default=temperature)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--seed", type=int, default=0)
@@ -58,19 +82,56 @@ def add_rollout_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch-size", type=int, default=16, help="rows in one model call")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
-    p.set_defaults(handler=_rollout)
 
 
 def _rollout(args: argparse.Namespace) -> int:
+    out = _check_out(args.out)
+    result = _play(args)
+    _save(result.trajectories, out)
+    print(result.stats.table())
+    print(f"wrote {len(result.trajectories)} trajectories to {out}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from skyrl_agent.evaluation import summarize
+    from skyrl_gym import spec
+
+    out = _check_out(args.out) if args.out else None
+    result = _play(args)
+    ks = sorted(set(args.k or ([1, args.n] if args.n > 1 else [1])))
+    env_cls = spec(args.env).load()
+    summary = summarize(
+        result.trajectories, args.success_threshold, ks, aggregate=getattr(env_cls, "aggregate_metrics", None)
+    )
+    print(summary.table())
+    if out is not None:
+        _save(result.trajectories, out)
+        print(f"wrote {len(result.trajectories)} trajectories to {out}")
+    return 0
+
+
+def _check_out(path: str) -> Path:
+    from skyrl_gym.errors import ConfigError
+
+    out = Path(path)
+    if out.suffix not in (".jsonl", ".parquet"):
+        raise ConfigError(f"--out must end in .jsonl or .parquet, got {out.name!r}")
+    return out
+
+
+def _save(trajectories: list, out: Path) -> None:
+    from skyrl_agent.io import save_jsonl, save_parquet
+
+    (save_parquet if out.suffix == ".parquet" else save_jsonl)(trajectories, out)
+
+
+def _play(args: argparse.Namespace):  # noqa: ANN202 - a RolloutResult
     from skyrl_agent.chat import ChatRenderer
     from skyrl_agent.engine import RolloutEngine, load_prompts, prompts_from_example
-    from skyrl_agent.io import save_jsonl, save_parquet
     from skyrl_agent.types import RolloutConfig, SamplingParams
     from skyrl_gym.errors import ConfigError
 
-    out = Path(args.out)
-    if out.suffix not in (".jsonl", ".parquet"):
-        raise ConfigError(f"--out must end in .jsonl or .parquet, got {out.name!r}")
     if args.prompts:
         items = load_prompts(args.prompts, env_id=args.env, limit=args.num_prompts)
     else:
@@ -99,15 +160,11 @@ def _rollout(args: argparse.Namespace) -> int:
     )
     engine = RolloutEngine(policy, config, renderer=renderer, progress=False if args.quiet else None)
     try:
-        result = engine.run_sync(items)
+        return engine.run_sync(items)
     finally:
         close = getattr(policy, "close", None)
         if close is not None:
             close()
-    (save_parquet if out.suffix == ".parquet" else save_jsonl)(result.trajectories, out)
-    print(result.stats.table())
-    print(f"wrote {len(result.trajectories)} trajectories to {out}")
-    return 0
 
 
 def _load_policy(args: argparse.Namespace):  # noqa: ANN202 - returns an HFPolicy (imports torch)

@@ -1,4 +1,5 @@
 import argparse
+import re
 import tomllib
 from pathlib import Path
 
@@ -175,3 +176,42 @@ def test_rollout_on_the_builtin_calculator_env(tmp_path):
     )
     trajs = load_jsonl(out)
     assert len(trajs) == 2 and all(t.env_id == "calculator" and not t.masked for t in trajs)
+
+
+def test_eval_prints_success_rate_pass_at_k_and_env_metrics(registered, tmp_path, capsys):
+    from skyrl_agent.cli import add_eval_command
+
+    parser = argparse.ArgumentParser(prog="skyrl")
+    add_eval_command(parser.add_subparsers(dest="command"))
+    out = tmp_path / "eval.jsonl"
+    args = parser.parse_args(
+        [
+            "eval",
+            "--env",
+            "cli-echo",
+            "--model",
+            "tiny-random",
+            "--n",
+            "2",
+            "--num-prompts",
+            "2",
+            "--max-turns",
+            "2",
+            "--max-tokens",
+            "3",
+            "--success-threshold",
+            "0.2",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
+    assert args.temperature == 0.0  # greedy by default
+    assert args.handler(args) == 0
+    printed = capsys.readouterr().out
+    lines = dict(
+        re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in printed.splitlines() if "  " in line
+    )
+    assert lines["success rate"].strip() == "1.0000"  # two turns of 0.1 reach the 0.2 threshold
+    assert lines["pass@2"].strip() == "1.0000" and lines["env: turns"].strip() == "2.0000"
+    assert len(load_jsonl(out)) == 4
