@@ -5,6 +5,10 @@ Importing this package imports no torch; the local transformers policy lives in
 ``skyrl_agent.policies.hf`` and is imported on use.
 """
 
+from skyrl_agent.chat import ChatRenderer, TokenizationReport, check_tokenization
+from skyrl_agent.engine import PromptItem, RolloutEngine, RolloutResult, RolloutStats, load_prompts
+from skyrl_agent.io import from_dataset, load_jsonl, load_parquet, save_jsonl, save_parquet, to_dataset
+from skyrl_agent.loop import EpisodeInfo, run_episode, split_steps
 from skyrl_agent.types import (
     FinishReason,
     GenerateOutput,
@@ -18,13 +22,30 @@ from skyrl_agent.types import (
 )
 
 __all__ = [
+    "ChatRenderer",
+    "EpisodeInfo",
     "FinishReason",
     "GenerateOutput",
     "GenerateRequest",
     "ObservationStyle",
     "Policy",
+    "PromptItem",
     "RolloutConfig",
+    "RolloutEngine",
+    "RolloutResult",
+    "RolloutStats",
     "SamplingParams",
     "StopReason",
+    "TokenizationReport",
     "Trajectory",
+    "check_tokenization",
+    "from_dataset",
+    "load_jsonl",
+    "load_parquet",
+    "load_prompts",
+    "run_episode",
+    "save_jsonl",
+    "save_parquet",
+    "split_steps",
+    "to_dataset",
 ]

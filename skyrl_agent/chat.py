@@ -94,6 +94,7 @@ class ChatRenderer:
         self._delta_cache: dict[tuple[Any, ...], list[list[int] | int]] = {}
         self._plain = _plain_text_encoder(tokenizer)
         self._tools_keys: dict[int, tuple[Any, Any]] = {}
+        self._closes: dict[int, bool] = {}
 
     # ------------------------------------------------------------------ rendering
     def _template_for(self, tools: Sequence[dict[str, Any]] | None) -> str:
@@ -164,16 +165,23 @@ class ChatRenderer:
         observations: Sequence[dict[str, Any]],
         tools: Sequence[dict[str, Any]] | None = None,
         turn_ended_with_eos: bool = True,
+        last_token_id: int | None = None,
     ) -> list[int]:
         """Ids to append after a model turn so the context continues with ``observations`` and
         the next generation prompt. ``turn_ended_with_eos`` says whether the turn's last sampled
         token was EOS (then the template's closing text starts with it and it is not repeated);
-        a turn cut by a stop string or ``max_tokens`` gets the whole closing text.
+        a turn cut by a stop string or ``max_tokens`` gets the whole closing text. Pass
+        ``last_token_id`` when the turn ended with another end-of-turn token (e.g. Llama 3's
+        ``<|eot_id|>`` next to its EOS): its text is the one not repeated.
         """
-        key = (self._shape_key(observations), self._tools_key(tools), turn_ended_with_eos)
+        if last_token_id is not None:
+            strip = self.tokenizer.decode([last_token_id]) if turn_ended_with_eos else ""
+        else:
+            strip = self._eos_text if turn_ended_with_eos else ""
+        key = (self._shape_key(observations), self._tools_key(tools), strip)
         parts = self._delta_cache.get(key)
         if parts is None:
-            parts = self._delta_parts(observations, tools, turn_ended_with_eos)
+            parts = self._delta_parts(observations, tools, strip)
             if len(self._delta_cache) < 4096:
                 self._delta_cache[key] = parts
         contents = [m["content"] for m in observations if isinstance(m.get("content"), str)]
@@ -208,7 +216,7 @@ class ChatRenderer:
         self,
         observations: Sequence[dict[str, Any]],
         tools: Sequence[dict[str, Any]] | None,
-        turn_ended_with_eos: bool,
+        strip: str,
     ) -> list[list[int] | int]:
         """The observation delta as template ids and content slot numbers (rendered once)."""
         base = [{"role": "user", "content": "\ue002"}, {"role": "assistant", "content": "\ue003"}]
@@ -224,8 +232,8 @@ class ChatRenderer:
             raise ConfigError("the chat template drops assistant content; cannot find where a turn ends")
         closing = before[before.index(slot) + len(slot) :]
         delta = closing + after[len(before) :]
-        if turn_ended_with_eos and self._eos_text and delta.startswith(self._eos_text):
-            delta = delta[len(self._eos_text) :]
+        if strip and delta.startswith(strip):
+            delta = delta[len(strip) :]
         parts: list[list[int] | int] = []
         pos = 0
         for m in _SLOT_RE.finditer(delta):
@@ -236,6 +244,20 @@ class ChatRenderer:
         if pos < len(delta):
             parts.append(self.tokenizer.encode(delta[pos:], add_special_tokens=False))
         return parts
+
+    def closes_turn(self, token_id: int) -> bool:
+        """True when ``token_id`` is the first token of the text the template puts after an
+        assistant message (EOS for ChatML): a turn that ended with it is closed."""
+        hit = self._closes.get(token_id)
+        if hit is None:
+            base = [{"role": "user", "content": "\ue002"}, {"role": "assistant", "content": "\ue003"}]
+            before, _ = self._render_slots(base, None, add_generation_prompt=False)
+            slot = f"{_OPEN}1{_CLOSE}"
+            closing = before[before.index(slot) + len(slot) :] if slot in before else ""
+            text = self.tokenizer.decode([token_id])
+            hit = bool(text) and closing.startswith(text)
+            self._closes[token_id] = hit
+        return hit
 
     def closing_ids(self, turn_ended_with_eos: bool = True) -> list[int]:
         """Ids the template puts after an assistant message (minus the sampled EOS)."""

@@ -61,7 +61,8 @@ class PromptItem:
     extras: Mapping[str, Any] = field(default_factory=dict)
     """``extras`` (the row's fields) for the env."""
     prompt_id: str = ""
-    """Row id; defaults to the row's index."""
+    """Row id (``load_prompts`` uses the row's ``id``, else its line number minus one); the
+    engine falls back to the group index."""
 
 
 def prompts_from_example(env_id: str, count: int = 1) -> list[PromptItem]:

@@ -155,99 +155,106 @@ async def run_episode(
             inline=config.env_calls == "inline",
         )
 
+    t_turn = 0.0  # when the policy call in flight (if any) started
     try:
-        (first, _init_info), dt = await call(env.init, list(prompt), what="env.init")
-        env_s += dt
-        tools = None
-        if hasattr(env, "tool_specs"):
-            tools = env.tool_specs() or None
-        prompt_ids = renderer.encode_prompt(first, tools)
-        if config.keep_messages:
-            messages = [dict(m) for m in first]
-        if len(prompt_ids) >= config.max_context_tokens:
-            stop = StopReason.CONTEXT_LIMIT
-        for turn in range(config.max_turns if stop != StopReason.CONTEXT_LIMIT else 0):
-            room = config.max_context_tokens - len(prompt_ids) - len(response_ids)
-            if room <= 0:
-                stop = StopReason.CONTEXT_LIMIT
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                stop = StopReason.DEADLINE
-                break
-            sampling = config.sampling.with_turn(
-                min(config.max_tokens_per_turn, room), turn_seed(info.seed, turn)
-            )
-            request = GenerateRequest(
-                prompt_ids + response_ids, sampling, f"{info.prompt_id}/{info.sample_index}/{turn}"
-            )
-            t0 = time.monotonic()
-            try:
-                async with asyncio.timeout(remaining):
-                    out = (await policy.generate([request]))[0]
-            except TimeoutError:
-                llm_s += time.monotonic() - t0
-                stop = StopReason.DEADLINE
-                break
-            except Exception as exc:  # noqa: BLE001 - recorded, the episode is masked
-                llm_s += time.monotonic() - t0
-                stop, error = StopReason.POLICY_ERROR, f"{type(exc).__name__}: {exc}"
-                break
-            llm_s += time.monotonic() - t0
-            if not out.token_ids:
-                stop, error = StopReason.POLICY_ERROR, "policy returned no tokens"
-                break
-            begin = len(response_ids)
-            response_ids += out.token_ids
-            loss_mask += [1] * len(out.token_ids)
-            token_rewards += [0.0] * len(out.token_ids)
-            if logprobs is not None and out.logprobs is not None:
-                logprobs += out.logprobs
-            else:
-                logprobs = None
-            turn_spans.append((begin, len(response_ids)))
-            truncated += out.finish_reason == FinishReason.LENGTH
-            if config.keep_messages:
-                if inline_open:  # the model continued its own message after an inline observation
-                    messages[-1]["content"] += out.text
-                else:
-                    messages.append({"role": "assistant", "content": out.text})
-
-            raw, dt = await call(env.step, out.text, what=f"env.step (turn {turn})")
+        async with asyncio.timeout_at(asyncio.get_running_loop().time() + config.episode_deadline_s):
+            (first, _init_info), dt = await call(env.init, list(prompt), what="env.init")
             env_s += dt
-            try:
-                step = as_step_output(raw)
-            except TypeError as exc:
-                raise _EnvFailure(StopReason.ENV_ERROR, f"TypeError: {exc} (in env.step)") from exc
-            reward = float(step.reward)
-            token_rewards[-1] += reward
-            turn_rewards.append(reward)
-            if step.done:
-                stop = StopReason.ENV_DONE
-                break
-            if turn == config.max_turns - 1:
-                stop = StopReason.MAX_TURNS
-                break
-            ended_eos = out.finish_reason == FinishReason.STOP and out.token_ids[-1] == renderer.eos_token_id
-            obs = list(step.observations)
-            inline_open = config.observation_style == "inline" and not ended_eos
-            if inline_open:
-                obs_ids = renderer.encode_text("".join(str(m.get("content") or "") for m in obs))
-            else:
-                obs_ids = renderer.encode_observation(obs, tools, turn_ended_with_eos=ended_eos)
-            if len(prompt_ids) + len(response_ids) + len(obs_ids) >= config.max_context_tokens:
-                stop = StopReason.CONTEXT_LIMIT
-                break
-            response_ids += obs_ids
-            loss_mask += [0] * len(obs_ids)
-            token_rewards += [0.0] * len(obs_ids)
-            if logprobs is not None:
-                logprobs += [0.0] * len(obs_ids)
+            tools = None
+            if hasattr(env, "tool_specs"):
+                tools = env.tool_specs() or None
+            prompt_ids = renderer.encode_prompt(first, tools)
             if config.keep_messages:
-                if inline_open:
-                    messages[-1]["content"] += "".join(str(m.get("content") or "") for m in obs)
+                messages = [dict(m) for m in first]
+            if len(prompt_ids) >= config.max_context_tokens:
+                stop = StopReason.CONTEXT_LIMIT
+            for turn in range(config.max_turns if stop != StopReason.CONTEXT_LIMIT else 0):
+                room = config.max_context_tokens - len(prompt_ids) - len(response_ids)
+                if room <= 0:
+                    stop = StopReason.CONTEXT_LIMIT
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    stop = StopReason.DEADLINE
+                    break
+                sampling = config.sampling.with_turn(
+                    min(config.max_tokens_per_turn, room), turn_seed(info.seed, turn)
+                )
+                request = GenerateRequest(
+                    prompt_ids + response_ids, sampling, f"{info.prompt_id}/{info.sample_index}/{turn}"
+                )
+                t0 = t_turn = time.monotonic()
+                try:
+                    # the episode-wide timeout (above) cancels this await when the deadline passes
+                    out = (await policy.generate([request]))[0]
+                except Exception as exc:  # noqa: BLE001 - recorded, the episode is masked
+                    llm_s += time.monotonic() - t0
+                    stop, error = StopReason.POLICY_ERROR, f"{type(exc).__name__}: {exc}"
+                    break
+                llm_s += time.monotonic() - t0
+                t_turn = 0.0
+                if not out.token_ids:
+                    stop, error = StopReason.POLICY_ERROR, "policy returned no tokens"
+                    break
+                begin = len(response_ids)
+                response_ids += out.token_ids
+                loss_mask += [1] * len(out.token_ids)
+                token_rewards += [0.0] * len(out.token_ids)
+                if logprobs is not None and out.logprobs is not None:
+                    logprobs += out.logprobs
                 else:
-                    messages += [dict(m) for m in obs]
+                    logprobs = None
+                turn_spans.append((begin, len(response_ids)))
+                truncated += out.finish_reason == FinishReason.LENGTH
+                if config.keep_messages:
+                    if inline_open:  # the model continued its own message after an inline observation
+                        messages[-1]["content"] += out.text
+                    else:
+                        messages.append({"role": "assistant", "content": out.text})
+
+                raw, dt = await call(env.step, out.text, what=f"env.step (turn {turn})")
+                env_s += dt
+                try:
+                    step = as_step_output(raw)
+                except TypeError as exc:
+                    raise _EnvFailure(StopReason.ENV_ERROR, f"TypeError: {exc} (in env.step)") from exc
+                reward = float(step.reward)
+                token_rewards[-1] += reward
+                turn_rewards.append(reward)
+                if step.done:
+                    stop = StopReason.ENV_DONE
+                    break
+                if turn == config.max_turns - 1:
+                    stop = StopReason.MAX_TURNS
+                    break
+                # a turn that ended with the template's own end-of-turn token is closed; one cut
+                # by a stop string or max_tokens gets the closing text appended (mask 0)
+                ended_eos = out.finish_reason == FinishReason.STOP and renderer.closes_turn(out.token_ids[-1])
+                obs = list(step.observations)
+                inline_open = config.observation_style == "inline" and not ended_eos
+                if inline_open:
+                    obs_ids = renderer.encode_text("".join(str(m.get("content") or "") for m in obs))
+                else:
+                    obs_ids = renderer.encode_observation(
+                        obs, tools, turn_ended_with_eos=ended_eos, last_token_id=out.token_ids[-1]
+                    )
+                if len(prompt_ids) + len(response_ids) + len(obs_ids) >= config.max_context_tokens:
+                    stop = StopReason.CONTEXT_LIMIT
+                    break
+                response_ids += obs_ids
+                loss_mask += [0] * len(obs_ids)
+                token_rewards += [0.0] * len(obs_ids)
+                if logprobs is not None:
+                    logprobs += [0.0] * len(obs_ids)
+                if config.keep_messages:
+                    if inline_open:
+                        messages[-1]["content"] += "".join(str(m.get("content") or "") for m in obs)
+                    else:
+                        messages += [dict(m) for m in obs]
+    except TimeoutError:  # the episode deadline passed (policy call or inline env call)
+        stop = StopReason.DEADLINE
+        if t_turn:
+            llm_s += time.monotonic() - t_turn
     except _EnvFailure as failure:
         stop, error = failure.stop, failure.error if failure.stop != StopReason.DEADLINE else None
     finally:

@@ -112,6 +112,9 @@ class HFPolicy:
 
         Use from one event loop at a time."""
         loop = asyncio.get_running_loop()
+        if self._worker is not None and self._worker.get_loop() is not loop:
+            # requests left by an earlier event loop (a run that was interrupted) are dropped
+            self._pending = [(r, f) for r, f in self._pending if f.get_loop() is loop]
         futures = []
         for req in requests:
             fut: asyncio.Future[GenerateOutput] = loop.create_future()
@@ -249,9 +252,9 @@ class HFPolicy:
         return results
 
     def _find_stop(self, ids: list[int], stops: tuple[str, ...]) -> str | None:
-        # Decode a tail long enough to hold the longest stop string (a token is >= 1 char,
-        # except partial UTF-8 bytes, hence the margin).
-        tail = ids[-(max(len(s) for s in stops) + 4) :]
+        # Decode a tail long enough to hold the longest stop string: a token is at least one
+        # character, or one byte of a character of at most 4 UTF-8 bytes.
+        tail = ids[-(4 * max(len(s) for s in stops) + 4) :]
         text = self.tokenizer.decode(tail, skip_special_tokens=False)
         return next((s for s in stops if s in text), None)
 

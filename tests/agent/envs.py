@@ -59,3 +59,120 @@ def per_episode_script(tokenizer: Any, replies: list[str]) -> Any:
         return replies[min(turn, len(replies) - 1)]
 
     return script
+
+
+class CalcToolEnv(BaseTextEnv):
+    """Tool use: call `calc` with <tool_call>{"name": "calc", "arguments": {"expr": ...}}</tool_call>,
+    then answer with <answer>N</answer>. 0.2 for a valid call, 0.8 for the right answer."""
+
+    def __init__(self, env_config: Any = None, extras: dict | None = None) -> None:
+        super().__init__(env_config, extras)
+        self.max_turns = 3
+        self.target = int((extras or {}).get("target", 391))
+
+    @classmethod
+    def example(cls) -> EnvExample:
+        return EnvExample(
+            extras={"target": 391},
+            prompt=(
+                {"role": "system", "content": "You can call the calc tool. Answer as <answer>N</answer>."},
+                {"role": "user", "content": "What is 17 * 23?"},
+            ),
+            good_actions=('<tool_call>{"name": "calc", "arguments": {"expr": "17*23"}}</tool_call>',),
+        )
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": "calc",
+                    "description": "Evaluate an arithmetic expression with + - * /.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"expr": {"type": "string"}},
+                        "required": ["expr"],
+                    },
+                },
+            }
+        ]
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        import json
+        import re
+
+        self.turns += 1
+        answer = re.search(r"<answer>\s*(-?\d+)\s*</answer>", action)
+        if answer:
+            ok = int(answer.group(1)) == self.target
+            return BaseTextEnvStepOutput([], 0.8 if ok else 0.0, True, {"answer": int(answer.group(1))})
+        call = re.search(r"<tool_call>(.*?)</tool_call>", action, re.S)
+        reward, meta = 0.0, {}
+        if call is None:
+            obs = "Call the calc tool or give <answer>N</answer>."
+            meta["error"] = "format"
+        else:
+            try:
+                expr = json.loads(call.group(1))["arguments"]["expr"]
+                if not re.fullmatch(r"[\d\s+\-*/().]+", expr):
+                    raise ValueError("only arithmetic is allowed")
+                obs, reward = str(eval(expr, {"__builtins__": {}})), 0.2  # noqa: S307 - arithmetic only
+            except Exception as exc:  # noqa: BLE001 - the model's mistake becomes an observation
+                obs, meta["error"] = f"error: {exc}", "bad_call"
+        done = self.turns >= self.max_turns
+        return BaseTextEnvStepOutput([{"role": "tool", "content": obs}], reward, done, meta)
+
+
+class SqlEnv(BaseTextEnv):
+    """Text-to-SQL on a real in-memory SQLite database: write <sql>...</sql> to run a query (the
+    result comes back inline as <observation>), finish with <solution>SQL</solution>."""
+
+    def __init__(self, env_config: Any = None, extras: dict | None = None) -> None:
+        import sqlite3
+
+        super().__init__(env_config, extras)
+        self.max_turns = 3
+        self.db = sqlite3.connect(":memory:", check_same_thread=False)
+        self.db.executescript(
+            "CREATE TABLE city(name TEXT, country TEXT, population INTEGER);"
+            "INSERT INTO city VALUES ('Paris','France',2100000),('Lyon','France',520000),('Rome','Italy',2800000);"
+        )
+        self.expected = self.db.execute("SELECT count(*) FROM city WHERE country='France'").fetchall()
+
+    @classmethod
+    def example(cls) -> EnvExample:
+        return EnvExample(
+            prompt=(
+                {
+                    "role": "user",
+                    "content": "Table city(name, country, population). How many cities are in France? "
+                    "Run queries as <sql>...</sql>; give the final query as <solution>...</solution>.",
+                },
+            ),
+            good_actions=("<solution>SELECT count(*) FROM city WHERE country='France'</solution>",),
+        )
+
+    def _run(self, sql: str) -> tuple[list | None, str]:
+        try:
+            rows = self.db.execute(sql).fetchmany(5)
+            return rows, str(rows)
+        except Exception as exc:  # noqa: BLE001 - a bad query is an observation
+            return None, f"error: {exc}"
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        import re
+
+        self.turns += 1
+        sol = re.search(r"<solution>(.*?)</solution>", action, re.S)
+        if sol:
+            rows, _ = self._run(sol.group(1))
+            return BaseTextEnvStepOutput([], 1.0 if rows == self.expected else 0.0, True)
+        q = re.search(r"<sql>(.*?)</sql>", action, re.S)
+        _, text = self._run(q.group(1)) if q else (None, "no <sql> query found")
+        done = self.turns >= self.max_turns
+        return BaseTextEnvStepOutput(
+            [{"role": "user", "content": f"\n<observation>{text}</observation>\n"}], 0.0, done
+        )
+
+    def close(self) -> None:
+        self.db.close()

@@ -133,3 +133,43 @@ def test_observation_deltas_are_cached_per_shape(tokenizer):
     assert tokenizer.decode(b).endswith("second one<|im_end|>\n<|im_start|>assistant\n")
     renderer.encode_observation([{"role": "tool", "content": "x", "name": "calc"}], tools=TOOLS)
     assert len(renderer._delta_cache) == 2
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PIECES = list("abc xyz 0123\n\t{}\"'<>/|_-") + [
+    "é",
+    "数",
+    "🙂",
+    "<|im_end|>",
+    "<|im_start|>",
+    "</tool_call>",
+    "<think>",
+]
+_TEXT = st.lists(st.sampled_from(_PIECES), max_size=25).map("".join)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    turns=st.lists(st.tuples(_TEXT, st.lists(_TEXT, min_size=1, max_size=2)), min_size=1, max_size=3),
+    first=_TEXT,
+    role=st.sampled_from(["user", "tool"]),
+)
+def test_incremental_ids_decode_to_the_rendered_conversation(tokenizer, turns, first, role):
+    """Whatever the contents (control-token lookalikes included), the append-only ids decode to
+    exactly the text the template renders, and only the template's own text yields specials."""
+    renderer = ChatRenderer(tokenizer, "chatml_tools")
+    conv = [{"role": "user", "content": first}]
+    for reply, observations in turns:
+        conv.append({"role": "assistant", "content": reply})
+        conv += [{"role": role, "content": o} for o in observations]
+    report = check_tokenization(renderer, conv)
+    rendered = renderer.render_text(conv, add_generation_prompt=True)
+    assert tokenizer.decode(report.incremental_ids) == rendered
+
+    def controls(text):
+        return text.count("<|im_start|>") + text.count("<|im_end|>")
+
+    n_special = sum(t in set(tokenizer.all_special_ids) for t in report.incremental_ids)
+    assert n_special == controls(rendered) - sum(controls(m["content"]) for m in conv)

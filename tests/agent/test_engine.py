@@ -1,3 +1,4 @@
+import asyncio
 import io
 import threading
 import time
@@ -150,3 +151,29 @@ def test_prompts_from_jsonl_and_example(tmp_path):
     ex = prompts_from_example(ENV_ID, 2)
     assert len(ex) == 2 and ex[0].prompt[0]["content"].startswith("Say DONE")
     assert RolloutStats.of([]).episodes == 0
+
+
+def test_env_setup_timeout_is_masked_and_the_late_env_closed(tokenizer):
+    closed = []
+
+    class LateEnv(EchoEnv):
+        def close(self):
+            closed.append(True)
+
+    def slow_factory(item):
+        time.sleep(0.4)
+        return LateEnv()
+
+    cfg = RolloutConfig(env_setup_timeout_s=0.05, max_retries=0)
+
+    async def main():
+        result = await RolloutEngine(
+            ScriptedPolicy(tokenizer, ["a"]), cfg, env_factory=slow_factory, progress=False
+        ).run(_items(1))
+        await asyncio.sleep(0.6)  # the abandoned set-up finishes; its env is closed
+        return result
+
+    result = asyncio.run(main())
+    t = result.trajectories[0]
+    assert t.masked and "env set-up took longer" in t.error and result.stats.timeouts == 1
+    assert closed == [True]

@@ -116,3 +116,56 @@ def test_bundled_smollm2_generates_a_chat_reply():
     ref = _full_logprobs(policy.model, ids, out.token_ids)
     assert torch.allclose(ref, torch.tensor(out.logprobs), atol=1e-3)
     policy.close()
+
+
+def test_policy_survives_an_interrupted_event_loop(tiny_policy, tokenizer):
+    ids = tokenizer.encode("Hello")
+
+    async def interrupted():
+        task = asyncio.ensure_future(
+            tiny_policy.generate([GenerateRequest(ids, SamplingParams(max_tokens=50))])
+        )
+        await asyncio.sleep(0)  # queued, then the loop ends before the batch starts
+        task.cancel()
+
+    asyncio.run(interrupted())
+
+    async def fresh():
+        return await tiny_policy.generate([GenerateRequest(ids, SamplingParams(max_tokens=3, seed=1))])
+
+    out = asyncio.run(fresh())[0]
+    assert len(out.token_ids) == 3
+
+
+def test_filters_reduce_to_greedy_at_their_limits(tiny_policy, tokenizer):
+    ids = tokenizer.encode("Once upon a time there was")
+    greedy = tiny_policy.generate_sync([GenerateRequest(ids, SamplingParams(max_tokens=8, temperature=0))])[0]
+    for params in (
+        SamplingParams(max_tokens=8, top_k=1, seed=1),
+        SamplingParams(max_tokens=8, top_p=1e-6, seed=2),
+        SamplingParams(max_tokens=8, temperature=0, seed=3),
+    ):
+        out = tiny_policy.generate_sync([GenerateRequest(ids, params)])[0]
+        assert out.token_ids == greedy.token_ids, params
+
+
+def test_top_k_restricts_the_sampled_tokens(tiny, tiny_policy, tokenizer):
+    model, _ = tiny
+    ids = tokenizer.encode("Hello")
+    with torch.no_grad():
+        top5 = set(torch.topk(model(torch.tensor([ids])).logits[0, -1], 5).indices.tolist())
+    firsts = {
+        tiny_policy.generate_sync([GenerateRequest(ids, SamplingParams(max_tokens=1, top_k=5, seed=s))])[
+            0
+        ].token_ids[0]
+        for s in range(30)
+    }
+    assert firsts <= top5 and len(firsts) > 1
+
+
+def test_stop_string_made_of_multibyte_characters_is_found(tiny_policy, tokenizer):
+    ids = tokenizer.encode("some text then 数据库 and more", add_special_tokens=False)
+    # grow the output token by token, as generation does: the first hit is where 数据 completes
+    hits = [k for k in range(1, len(ids) + 1) if tiny_policy._find_stop(ids[:k], ("数据",))]
+    assert hits, "stop string never found"
+    assert "数据" in tokenizer.decode(ids[: hits[0]]) and "数据" not in tokenizer.decode(ids[: hits[0] - 1])

@@ -141,3 +141,24 @@ def test_inline_env_calls_give_the_same_episode(tokenizer):
     assert a.input_ids == b.input_ids and a.reward == b.reward
     c, _ = _run(ScriptedPolicy(tokenizer, ["a"]), extras={"crash_on": 1}, env_calls="inline")
     assert c.masked and "sandbox went away" in c.error
+
+
+def test_inline_style_after_an_eos_turn_falls_back_to_a_message(tokenizer):
+    policy = ScriptedPolicy(tokenizer, ["<sql>SELECT 1</sql>", "DONE"])  # turns end with EOS
+    traj, _ = _run(policy, observation_style="inline")
+    text = tokenizer.decode(traj.response_ids)
+    assert text.startswith(
+        "<sql>SELECT 1</sql><|im_end|>\n<|im_start|>user\nok 1<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert [m["role"] for m in traj.messages] == ["user", "assistant", "user", "assistant"]
+
+
+def test_other_end_of_turn_tokens_are_not_repeated(tokenizer):
+    renderer = ChatRenderer(tokenizer)
+    assert renderer.closes_turn(tokenizer.eos_token_id)
+    assert not renderer.closes_turn(tokenizer.convert_tokens_to_ids("<|endoftext|>"))
+    assert not renderer.closes_turn(tokenizer.encode("hello", add_special_tokens=False)[0])
+    obs = [{"role": "user", "content": "x"}]
+    assert renderer.encode_observation(
+        obs, last_token_id=tokenizer.eos_token_id
+    ) == renderer.encode_observation(obs)

@@ -63,3 +63,14 @@ def test_configs_reject_bad_values_with_fix():
 
     cfg = RolloutConfig(sampling=SamplingParams(stop=("</sql>",), seed=3))
     assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+def test_package_import_is_light():
+    import subprocess
+    import sys
+
+    code = "import sys, skyrl_agent; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split() == ["False", "False"]

@@ -1,0 +1,41 @@
+import threading
+import time
+
+from skyrl_agent.models import bundled_model_dir, tiny_random_model
+
+
+def test_bundled_model_cache_waits_for_a_concurrent_conversion(tmp_path, monkeypatch):
+    """A second process finds the lock of a conversion in progress and waits for the finished
+    directory (renamed into place) instead of converting again."""
+    monkeypatch.setenv("SKYRL_CACHE", str(tmp_path))
+    models = tmp_path / "models"
+    models.mkdir()
+    lock = models / ".SmolLM2-135M-Instruct.lock"
+    lock.touch()
+    target = models / "SmolLM2-135M-Instruct"
+
+    def finish_conversion():
+        time.sleep(0.6)
+        tmp = models / ".partial"
+        tmp.mkdir()
+        (tmp / "config.json").write_text("{}")
+        tmp.rename(target)
+        lock.unlink()
+
+    t = threading.Thread(target=finish_conversion)
+    t.start()
+    start = time.monotonic()
+    assert bundled_model_dir(timeout_s=30) == target
+    assert time.monotonic() - start >= 0.5
+    t.join()
+
+
+def test_tiny_random_model_is_seeded(tokenizer):
+    import torch
+
+    a, _ = tiny_random_model(tokenizer, seed=3)
+    b, _ = tiny_random_model(tokenizer, seed=3)
+    assert all(
+        torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
+    assert a.config.vocab_size == len(tokenizer) and sum(p.numel() for p in a.parameters()) < 10_000_000
