@@ -125,7 +125,9 @@ def rollout_config(cfg: TrainConfig, n_samples: int, seed: int) -> RolloutConfig
 def evaluate(policy: Any, cfg: TrainConfig, rows: Sequence[dict[str, Any]], seed: int) -> EvalResult:
     """Held-out success: ``cfg.eval_samples`` episodes per row at the training temperature."""
     start = time.perf_counter()
-    engine = RolloutEngine(policy, rollout_config(cfg, cfg.eval_samples, seed), progress=False)
+    engine = RolloutEngine(
+        policy, rollout_config(cfg, cfg.eval_samples, seed), progress=cfg.progress, progress_every_s=30.0
+    )
     result = engine.run_sync(build_items(rows, cfg.env))
     good = [t for t in result.trajectories if not t.masked]
     by_prompt: dict[str, list[float]] = defaultdict(list)
