@@ -43,6 +43,9 @@ class CompletionsServer:
                     self.end_headers()
                     self.wfile.write(b'{"error": "injected"}')
                     return
+                if self.path == "/v1/chat/completions":
+                    self._chat(body)
+                    return
                 if self.path != "/v1/completions":
                     self.send_response(404)
                     self.end_headers()
@@ -65,7 +68,41 @@ class CompletionsServer:
                     choice["token_ids"] = out.token_ids
                 elif server.style == "tokens":
                     choice["logprobs"]["tokens"] = [f"token_id:{t}" for t in out.token_ids]
-                payload = json.dumps({"choices": [choice]}).encode()
+                self._send({"choices": [choice]})
+
+            def _chat(self, body: dict[str, Any]) -> None:
+                from skyrl_agent.chat import ChatRenderer
+
+                ids = ChatRenderer(server.policy.tokenizer).encode_prompt(body["messages"])
+                sp = SamplingParams(
+                    temperature=body.get("temperature", 1.0),
+                    max_tokens=body.get("max_tokens") or 16,
+                    seed=body.get("seed"),
+                )
+                out = server.policy.generate_sync([GenerateRequest(ids, sp)])[0]
+                self._send(
+                    {
+                        "id": f"chatcmpl-{len(server.bodies)}",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body.get("model", "tiny"),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": out.text},
+                                "finish_reason": str(out.finish_reason),
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": len(ids),
+                            "completion_tokens": len(out.token_ids),
+                            "total_tokens": len(ids) + len(out.token_ids),
+                        },
+                    }
+                )
+
+            def _send(self, reply: dict[str, Any]) -> None:
+                payload = json.dumps(reply).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(payload)))
