@@ -80,8 +80,9 @@ def save_checkpoint(
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{state.step:06d}"
+    for stale in root.glob(".tmp_step_*"):  # left by a writer killed mid-save
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = root / f".tmp_step_{state.step:06d}_{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     trainable = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     torch.save(trainable, tmp / "model.pt")

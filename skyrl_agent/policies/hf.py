@@ -52,6 +52,8 @@ class HFPolicy:
         autocast_bf16: run the model under bf16 autocast (on this CPU about 25% faster
             generation); logits are turned back into float32 before sampling, so logprobs are
             float32 log-softmaxes of bf16-computed logits.
+        min_shared_prefix: prompts of one batch that share at least this many leading tokens
+            have that prefix computed once (see ``_prefill``); 0 turns prefix sharing off.
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class HFPolicy:
         batch_wait_s: float = 0.005,
         seed: int = 0,
         autocast_bf16: bool = False,
+        min_shared_prefix: int = 16,
     ) -> None:
         if max_batch_size < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -71,6 +74,7 @@ class HFPolicy:
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.autocast_bf16 = autocast_bf16
+        self.min_shared_prefix = min_shared_prefix
         self.device = next(model.parameters()).device
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
@@ -174,25 +178,7 @@ class HFPolicy:
             g.manual_seed(p.seed if p.seed is not None else self._rng.getrandbits(63))
             generators.append(g)
 
-        lengths = [len(r.prompt_ids) for r in requests]
-        T = max(lengths)
-        input_ids_BT = torch.full((B, T), self.pad_token_id, dtype=torch.long)
-        attn_BT = torch.zeros((B, T), dtype=torch.long)
-        for i, r in enumerate(requests):  # left padding: every row's last token is at T-1
-            input_ids_BT[i, T - lengths[i] :] = torch.as_tensor(list(r.prompt_ids), dtype=torch.long)
-            attn_BT[i, T - lengths[i] :] = 1
-        input_ids_BT, attn_BT = input_ids_BT.to(self.device), attn_BT.to(self.device)
-        pos_BT = (attn_BT.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=input_ids_BT,
-            attention_mask=attn_BT,
-            position_ids=pos_BT,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        cache = _cache_of(out)
-        logits_BV = out.logits[:, -1, :].float()
-        next_pos_B = pos_BT[:, -1] + 1
+        cache, logits_BV, attn_BT, next_pos_B = self._prefill([list(r.prompt_ids) for r in requests])
 
         new_ids: list[list[int]] = [[] for _ in range(B)]
         new_lps: list[list[float]] = [[] for _ in range(B)]
@@ -250,6 +236,57 @@ class HFPolicy:
                 )
             )
         return results
+
+    def _prefill(self, prompts: list[list[int]]) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run the prompts through the model; return (cache, last logits, attention mask, next positions).
+
+        Rows often share a long prefix (a system prompt, a worked example, the same prompt for
+        every sample of a GRPO group). The longest prefix common to all rows is computed once
+        for one row and its KV cache repeated to every row; only the rest of each prompt is
+        run per row (left-padded inside that block, with position ids that skip the padding).
+        The result equals running every full prompt (a test checks logits and samples)."""
+        B = len(prompts)
+        shortest = min(len(p) for p in prompts)
+        shared = 0
+        if B > 1:
+            first = prompts[0]
+            while shared < shortest - 1 and all(p[shared] == first[shared] for p in prompts):
+                shared += 1
+        if shared < self.min_shared_prefix:
+            shared = 0
+        dev = self.device
+        cache = None
+        if shared:
+            prefix = torch.as_tensor(prompts[0][:shared], dtype=torch.long, device=dev)[None]  # 1 x P
+            out = self.model(
+                input_ids=prefix,
+                attention_mask=torch.ones_like(prefix),
+                position_ids=torch.arange(shared, device=dev)[None],
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            cache = _cache_of(out)
+            cache.batch_repeat_interleave(B)
+        suffixes = [p[shared:] for p in prompts]
+        S = max(len(x) for x in suffixes)
+        ids_BS = torch.full((B, S), self.pad_token_id, dtype=torch.long)
+        mask_BS = torch.zeros((B, S), dtype=torch.long)
+        for i, x in enumerate(suffixes):  # left padding: every row's last token is at the end
+            ids_BS[i, S - len(x) :] = torch.as_tensor(x, dtype=torch.long)
+            mask_BS[i, S - len(x) :] = 1
+        ids_BS, mask_BS = ids_BS.to(dev), mask_BS.to(dev)
+        attn_BT = torch.cat([mask_BS.new_ones((B, shared)), mask_BS], dim=1)  # B x (P + S)
+        pos_BS = (attn_BT.cumsum(-1) - 1).clamp(min=0)[:, shared:]
+        kwargs: dict[str, Any] = {self._cache_kwarg: cache} if cache is not None else {}
+        out = self.model(
+            input_ids=ids_BS,
+            attention_mask=attn_BT,
+            position_ids=pos_BS,
+            use_cache=True,
+            logits_to_keep=1,
+            **kwargs,
+        )
+        return _cache_of(out), out.logits[:, -1, :].float(), attn_BT, pos_BS[:, -1] + 1
 
     def _find_stop(self, ids: list[int], stops: tuple[str, ...]) -> str | None:
         # Decode a tail long enough to hold the longest stop string: a token is at least one

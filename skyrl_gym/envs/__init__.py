@@ -25,6 +25,21 @@ def _register_builtins() -> None:
             "skyrl_gym.envs.sql.env:Text2SQLEnv",
             "Text-to-SQL in several turns (SkyRL-SQL) on a read-only SQLite sandbox",
         ),
+        (
+            "search",
+            "skyrl_gym.envs.search.env:SearchEnv",
+            "Retrieval QA: <search> a BM25 index or a Search-R1 server, <answer> graded by exact match",
+        ),
+        (
+            "judge_qa",
+            "skyrl_gym.envs.judge.env:JudgeQAEnv",
+            "Open questions graded by an LLM judge through LiteLLM (offline: a string-match judge)",
+        ),
+        (
+            "ask_user",
+            "skyrl_gym.envs.judge.simulated_user:AskUserEnv",
+            "Ask a simulated user (LiteLLM or offline rules) for missing facts, then answer",
+        ),
     ]
     for env_id, entry_point, description in builtins:
         register(env_id, entry_point, description=description, source="builtin")

@@ -169,3 +169,26 @@ def test_stop_string_made_of_multibyte_characters_is_found(tiny_policy, tokenize
     hits = [k for k in range(1, len(ids) + 1) if tiny_policy._find_stop(ids[:k], ("数据",))]
     assert hits, "stop string never found"
     assert "数据" in tokenizer.decode(ids[: hits[0]]) and "数据" not in tokenizer.decode(ids[: hits[0] - 1])
+
+
+def test_shared_prefix_prefill_matches_full_prefill(tiny, tokenizer):
+    model, tok = tiny
+    shared = tok.encode("System: you are a careful assistant who answers in one short line. " * 3)
+    tails = ["Q: two plus two?", "Q: the capital of France, please?", "Q: hi", "Q: two plus two?"]
+    reqs = [
+        GenerateRequest(shared + tok.encode(t), SamplingParams(max_tokens=10, seed=7 + i, temperature=0.9))
+        for i, t in enumerate(tails)
+    ]
+    sharing = HFPolicy(model, tok, seed=0, min_shared_prefix=8)
+    plain = HFPolicy(model, tok, seed=0, min_shared_prefix=0)
+    try:
+        assert len(shared) >= 8
+        a, b = sharing.generate_sync(reqs), plain.generate_sync(reqs)
+        for x, y, req in zip(a, b, reqs, strict=True):
+            assert x.token_ids == y.token_ids
+            assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
+            ref = _full_logprobs(model, req.prompt_ids, x.token_ids)
+            assert torch.allclose(ref, torch.tensor(x.logprobs), atol=1e-4)
+    finally:
+        sharing.close()
+        plain.close()

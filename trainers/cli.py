@@ -1,0 +1,53 @@
+"""``skyrl train``: every :class:`~trainers.config.TrainConfig` field is a flag."""
+
+from __future__ import annotations
+
+import argparse
+
+from skyrl_gym.config import add_config_arguments, config_from_args
+
+__all__ = ["add_command"]
+
+
+def add_command(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``train`` verb."""
+    from trainers.config import TrainConfig
+
+    p = subparsers.add_parser(
+        "train",
+        help="train a policy with GRPO/PPO (default: SmolLM2-135M on the calculator task, CPU, ~10 min)",
+        description=(
+            "Train with the native GRPO/PPO trainer. With no flags: the bundled SmolLM2-135M-Instruct "
+            "learns the two-turn calculator tool-use task on CPU, with held-out evaluation before and after."
+        ),
+    )
+    add_config_arguments(p, TrainConfig)
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from trainers.config import TrainConfig
+    from trainers.loop import train
+
+    cfg = config_from_args(TrainConfig, args)
+    result = train(cfg)
+    print()
+    print(f"run directory   {result.run_dir}")
+    print(f"steps           {result.steps}  ({result.seconds:.0f} s in total)")
+    for name, res in (("before", result.baseline), ("after", result.final)):
+        if res is not None:
+            print(
+                f"held-out {name:6s} success {res.success:.3f} +/- {res.success_se:.3f} "
+                f"(mean reward {res.reward_mean:.3f}, {res.episodes} episodes)"
+            )
+    if result.baseline is not None and result.final is not None:
+        se = (result.baseline.success_se**2 + result.final.success_se**2) ** 0.5
+        gain = result.final.success - result.baseline.success
+        print(
+            f"gain            {gain:+.3f} ({gain / se:.1f} standard errors)"
+            if se > 0
+            else f"gain {gain:+.3f}"
+        )
+    if result.plot is not None:
+        print(f"plot            {result.plot}")
+    return 0
