@@ -10,6 +10,7 @@ from skyrl_agent.engine import PromptItem, RolloutEngine, RolloutResult, Rollout
 from skyrl_agent.io import from_dataset, load_jsonl, load_parquet, save_jsonl, save_parquet, to_dataset
 from skyrl_agent.loop import EpisodeInfo, run_episode, split_steps
 from skyrl_agent.types import (
+    ChatModel,
     FinishReason,
     GenerateOutput,
     GenerateRequest,
@@ -22,6 +23,7 @@ from skyrl_agent.types import (
 )
 
 __all__ = [
+    "ChatModel",
     "ChatRenderer",
     "EpisodeInfo",
     "FinishReason",

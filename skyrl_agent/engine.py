@@ -34,7 +34,7 @@ from typing import Any, TextIO
 
 from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.loop import EpisodeInfo, run_episode, split_steps
-from skyrl_agent.types import Policy, RolloutConfig, StopReason, Trajectory
+from skyrl_agent.types import ChatModel, Policy, RolloutConfig, StopReason, Trajectory
 from skyrl_gym.errors import ConfigError
 
 __all__ = [
@@ -227,7 +227,8 @@ class RolloutEngine:
     """Runs batches of episodes with bounded concurrency.
 
     Args:
-        policy: any :class:`~skyrl_agent.types.Policy`.
+        policy: any :class:`~skyrl_agent.types.Policy`, or a :class:`~skyrl_agent.types.ChatModel`
+            (chat-level episodes without token ids, for evaluation).
         config: budgets, sampling, concurrency, seeds.
         renderer: chat rendering (default: the policy tokenizer's own template).
         env_factory: builds the env of a row (default ``skyrl_gym.make``); runs in a thread.
@@ -240,7 +241,7 @@ class RolloutEngine:
 
     def __init__(
         self,
-        policy: Policy,
+        policy: Policy | ChatModel,
         config: RolloutConfig,
         *,
         renderer: ChatRenderer | None = None,
@@ -252,7 +253,9 @@ class RolloutEngine:
     ) -> None:
         self.policy = policy
         self.config = config
-        self.renderer = renderer or ChatRenderer(policy.tokenizer)
+        # a ChatModel (messages in, text out) plays chat-level episodes: evaluation only
+        self.chat_level = not hasattr(policy, "generate") and hasattr(policy, "chat")
+        self.renderer = renderer or (None if self.chat_level else ChatRenderer(policy.tokenizer))
         self.env_factory = env_factory or _make_env
         self.progress_stream = progress_stream or sys.stderr
         self.progress = progress if progress is not None else self.progress_stream.isatty()
@@ -348,6 +351,12 @@ class RolloutEngine:
                     err = f"{type(exc).__name__}: {exc}"
                 return _failed(info, f"{err} (in env set-up)", time.monotonic() - t0)
         async with play_slots:
+            if self.chat_level:
+                from skyrl_agent.chat_loop import run_chat_episode
+
+                return await run_chat_episode(
+                    self.policy, env, item.prompt, config=cfg, info=info, executor=executor
+                )
             return await run_episode(
                 self.policy,
                 env,

@@ -94,9 +94,8 @@ async def _env_call(
             if time.monotonic() - t0 > limit:
                 raise TimeoutError
         else:
-            result = await asyncio.wait_for(
-                asyncio.get_running_loop().run_in_executor(executor, fn, *args), limit
-            )
+            async with asyncio.timeout(limit):
+                result = await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
     except TimeoutError:
         if remaining <= timeout_s:
             raise _EnvFailure(StopReason.DEADLINE, f"episode deadline passed during {what}") from None

@@ -36,6 +36,7 @@ __all__ = [
     "GenerateOutput",
     "FinishReason",
     "Policy",
+    "ChatModel",
     "StopReason",
     "Trajectory",
     "RolloutConfig",
@@ -150,6 +151,17 @@ class Policy(Protocol):
 
     async def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateOutput]:
         """Generate one output per request, in order."""
+        ...
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """Messages in, text out: hosted models for evaluation, LLM judges and simulated users.
+
+    No token ids, so its episodes cannot be trained on (see ``skyrl_agent.chat_loop``)."""
+
+    async def chat(self, messages: Sequence[dict[str, Any]], sampling: SamplingParams) -> str:
+        """The assistant's reply to ``messages``."""
         ...
 
 
