@@ -26,7 +26,7 @@ from typing import Any
 from skyrl_gym.config import config_get
 from skyrl_gym.core import BaseTextEnv
 from skyrl_gym.envs.code.data import load_bundled_rows, reference_of
-from skyrl_gym.envs.code.grader import grade
+from skyrl_gym.envs.code.grader import grade, not_compiled
 from skyrl_gym.envs.code.parsing import extract_code, parse_tests
 from skyrl_gym.envs.code.types import CodeEnvConfig, GradeReport
 from skyrl_gym.errors import ConfigError
@@ -139,7 +139,11 @@ class CodeEnv(BaseTextEnv):
 
     # ------------------------------------------------------------------ grading
     def grade(self, code: str) -> GradeReport:
-        """Run ``code`` against this episode's hidden tests."""
+        """Run ``code`` against this episode's hidden tests (no sandbox is made for a program
+        that does not compile)."""
+        failed = not_compiled(code, self.tests)
+        if failed is not None:
+            return failed
         return grade(
             self.sandbox,
             code,

@@ -25,7 +25,7 @@ from skyrl_gym.envs.code.parsing import functional_args
 from skyrl_gym.envs.code.types import CodeTest, FailKind, GradeReport, TestKind, TestResult
 from skyrl_gym.sandbox.types import EndReason, ExecResult, Sandbox
 
-__all__ = ["grade", "outputs_match", "values_match", "HARNESS"]
+__all__ = ["grade", "compile_error", "not_compiled", "outputs_match", "values_match", "HARNESS"]
 
 _SHOW = 300  # characters of output and stderr kept per test in the metadata
 _TOL = 1e-6
@@ -183,6 +183,15 @@ def compile_error(code: str) -> str | None:
     return None
 
 
+def not_compiled(code: str, tests: list[CodeTest]) -> GradeReport | None:
+    """The report of a program that does not compile (every test ``not_run``), or None."""
+    err = compile_error(code)
+    if err is None:
+        return None
+    skipped = tuple(TestResult(i, t.kind, False, error=FailKind.NOT_RUN) for i, t in enumerate(tests))
+    return GradeReport(results=skipped, compile_error=err)
+
+
 def grade(
     sandbox: Sandbox,
     code: str,
@@ -198,10 +207,9 @@ def grade(
     ``total_timeout_s`` defaults to ``(test_timeout_s + 1) * len(tests) + 5``; each test gets
     ``min(test_timeout_s, time left)``. Tests after the first failure (when
     ``stop_at_first_failure``) or after the overall deadline are reported as ``not_run``."""
-    err = compile_error(code)
-    if err is not None:
-        skipped = tuple(TestResult(i, t.kind, False, error=FailKind.NOT_RUN) for i, t in enumerate(tests))
-        return GradeReport(results=skipped, compile_error=err)
+    failed = not_compiled(code, tests)
+    if failed is not None:
+        return failed
     total = total_timeout_s if total_timeout_s is not None else (test_timeout_s + 1) * len(tests) + 5
     deadline = time.monotonic() + total
     grade_dir = posixpath.join(sandbox.workdir, f".grade-{os.urandom(6).hex()}")

@@ -14,6 +14,8 @@ __all__ = ["TestKind", "FailKind", "CodeTest", "TestResult", "GradeReport", "Cod
 class TestKind(StrEnum):
     """How a hidden test drives the program (LiveCodeBench's ``testtype``)."""
 
+    __test__ = False  # not a pytest class
+
     STDIN = "stdin"
     """Run the program, feed ``input`` on stdin, compare its stdout with ``output`` line by line."""
     FUNCTIONAL = "functional"
