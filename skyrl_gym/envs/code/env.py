@@ -205,7 +205,8 @@ class CodeTools(ToolGroup):
         """Run a Python 3 program and return what it printed (stdout, then stderr).
 
         Args:
-            code: The complete program. Use print() to see values; nothing persists between calls.
+            code: The complete program. Use print() to see values; variables do not persist
+                between calls, files in the working directory do.
         """
         timeout = self._env.config.tool_timeout_s
         result = run_python(self._env.sandbox, code, timeout=timeout, python=self._env.config.python)
