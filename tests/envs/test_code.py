@@ -241,6 +241,8 @@ def test_config_comes_from_env_config_and_extras():
         make(stdin_row([("1", "1")]), sandbox="ssh")
     with pytest.raises(ConfigError, match="test_timeout_s"):
         CodeEnvConfig(test_timeout_s=0)
+    with pytest.raises(ConfigError, match="needs sandbox='docker'"):
+        CodeEnvConfig(pool_size=2)
 
 
 # ------------------------------------------------------------------ adversarial programs

@@ -106,3 +106,33 @@ def test_docker_program_has_no_network_and_no_expected_outputs(image):
     # the only file that mentions the marker is the program itself
     assert all(line.endswith("solution.py") or not line for line in lines[2:]), test["output"]
     assert secret not in test["output"]
+
+
+def test_pooled_containers_are_reused_and_reset_between_episodes(image):
+    from skyrl_gym.envs.code import close_shared_pools, sandbox_limits
+    from skyrl_gym.envs.code._pools import shared_pool
+
+    row = next(r for r in load_bundled_rows("train", env_class="code_multi_turn") if r["id"] == "gcd-lcm")
+    config = {"sandbox": "docker", "image": image, "pool_size": 1}
+    call = json.dumps({"name": "python", "arguments": {"code": "open('planted.txt', 'w').write('x')"}})
+    peek = json.dumps({"name": "python", "arguments": {"code": "import os; print(sorted(os.listdir('.')))"}})
+    try:
+        env = skyrl_gym.make("code_multi_turn", env_config=config, extras={"reward_spec": row["reward_spec"]})
+        # warm the shared pool first, so the first episode leases the pool's own container
+        shared_pool(image, sandbox_limits(env.config), 1).wait_warm(1, timeout=60)
+        env.step(f"<tool_call>{call}</tool_call>")
+        first = env._sandbox.name
+        assert "planted.txt" in env.step(f"<tool_call>{peek}</tool_call>").observations[0]["content"]
+        pool = env._pool
+        env.close()
+        pool.wait_warm(1, timeout=60)  # the reset runs in the background
+        env = skyrl_gym.make("code_multi_turn", env_config=config, extras={"reward_spec": row["reward_spec"]})
+        out = env.step(f"<tool_call>{peek}</tool_call>")
+        assert env._sandbox.name == first  # the same warm container...
+        assert out.observations[0]["content"].startswith("<tool_response>[]</tool_response>")  # ...emptied
+        assert env.step(block(reference_of("gcd-lcm"))).reward == 1.0
+        env.close()
+        env.close()
+    finally:
+        close_shared_pools()
+    assert first not in labelled_containers_of_mine()

@@ -4,8 +4,16 @@ Programs run in a sandbox (:mod:`skyrl_gym.sandbox`, local by default, Docker op
 tests stay on the host. See :mod:`skyrl_gym.envs.code.env`.
 """
 
+from skyrl_gym.envs.code._pools import close_shared_pools
 from skyrl_gym.envs.code.data import build_prompt, load_bundled_problems, load_bundled_rows, reference_of
-from skyrl_gym.envs.code.env import CodeEnv, CodeMultiTurnEnv, CodeTools, make_config, make_sandbox
+from skyrl_gym.envs.code.env import (
+    CodeEnv,
+    CodeMultiTurnEnv,
+    CodeTools,
+    make_config,
+    make_sandbox,
+    sandbox_limits,
+)
 from skyrl_gym.envs.code.grader import grade, outputs_match, values_match
 from skyrl_gym.envs.code.parsing import extract_code, parse_tests
 from skyrl_gym.envs.code.types import (
@@ -30,6 +38,7 @@ __all__ = [
     "TestKind",
     "TestResult",
     "build_prompt",
+    "close_shared_pools",
     "extract_code",
     "grade",
     "load_bundled_problems",
@@ -39,5 +48,6 @@ __all__ = [
     "outputs_match",
     "parse_tests",
     "reference_of",
+    "sandbox_limits",
     "values_match",
 ]

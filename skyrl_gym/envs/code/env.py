@@ -35,7 +35,7 @@ from skyrl_gym.sandbox.types import MiB, Sandbox, SandboxLimits
 from skyrl_gym.tools import ToolGroup, tool
 from skyrl_gym.types import BaseTextEnvStepOutput, EnvExample
 
-__all__ = ["CodeEnv", "CodeMultiTurnEnv", "CodeTools", "make_config", "make_sandbox"]
+__all__ = ["CodeEnv", "CodeMultiTurnEnv", "CodeTools", "make_config", "make_sandbox", "sandbox_limits"]
 
 
 def make_config(env_config: Any, extras: Any = None) -> CodeEnvConfig:
@@ -51,9 +51,9 @@ def make_config(env_config: Any, extras: Any = None) -> CodeEnvConfig:
     return CodeEnvConfig(**values)
 
 
-def make_sandbox(config: CodeEnvConfig) -> Sandbox:
-    """A fresh sandbox for one episode, with limits from ``config``."""
-    limits = SandboxLimits(
+def sandbox_limits(config: CodeEnvConfig) -> SandboxLimits:
+    """The sandbox limits of a code env."""
+    return SandboxLimits(
         cpus=1.0,
         memory_bytes=config.memory_mb * MiB,
         pids=config.pids,
@@ -65,6 +65,11 @@ def make_sandbox(config: CodeEnvConfig) -> Sandbox:
         workspace_bytes=128 * MiB,
         ttl_s=30 * 60,
     )
+
+
+def make_sandbox(config: CodeEnvConfig) -> Sandbox:
+    """A fresh sandbox for one episode, with limits from ``config``."""
+    limits = sandbox_limits(config)
     if config.sandbox == "local":
         from skyrl_gym.sandbox.local import LocalSandbox
 
@@ -107,6 +112,7 @@ class CodeEnv(BaseTextEnv):
         self.tests = _tests_of(self.extras)
         self.max_turns = 1
         self._sandbox: Sandbox | None = None
+        self._pool: Any = None  # the shared SandboxPool the sandbox was leased from, if any
         self._closed = False
         self.report: GradeReport | None = None
         self.format_error = False
@@ -127,14 +133,25 @@ class CodeEnv(BaseTextEnv):
         if self._closed:
             raise ConfigError("this code env is closed; make a new one for a new episode")
         if self._sandbox is None:
-            self._sandbox = make_sandbox(self.config)
+            if self.config.pool_size:
+                from skyrl_gym.envs.code._pools import shared_pool
+
+                cfg = self.config
+                self._pool = shared_pool(cfg.image, sandbox_limits(cfg), cfg.pool_size)
+                self._sandbox = self._pool.acquire()
+            else:
+                self._sandbox = make_sandbox(self.config)
         return self._sandbox
 
     def close(self) -> None:
-        """Close the sandbox (if one was made). Idempotent."""
+        """Close the sandbox, or give it back to its pool (if one was made). Idempotent."""
         self._closed = True
         sandbox, self._sandbox = self._sandbox, None
-        if sandbox is not None:
+        if sandbox is None:
+            return
+        if self._pool is not None:
+            self._pool.release(sandbox)  # type: ignore[arg-type]
+        else:
             sandbox.close()
 
     # ------------------------------------------------------------------ grading

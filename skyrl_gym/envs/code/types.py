@@ -147,6 +147,10 @@ class CodeEnvConfig:
     """Docker image (``sandbox="docker"`` only); ``skyrl sandbox build-images`` builds it offline."""
     python: str = "python3"
     """Interpreter inside the sandbox."""
+    pool_size: int = 0
+    """Docker only: lease containers from a process-wide warm pool of this size, shared by code
+    envs with the same image and limits (reset between episodes: processes killed, files
+    removed); 0 starts a fresh container per episode."""
 
     def __post_init__(self) -> None:
         if self.sandbox not in ("local", "docker"):
@@ -160,6 +164,10 @@ class CodeEnvConfig:
             )
         if self.max_turns < 1:
             raise ConfigError(f"CodeEnvConfig.max_turns must be >= 1, got {self.max_turns}")
+        if self.pool_size < 0 or (self.pool_size and self.sandbox != "docker"):
+            raise ConfigError(
+                f"CodeEnvConfig.pool_size={self.pool_size} needs sandbox='docker' and must be >= 0"
+            )
         if self.memory_mb < 64:
             raise ConfigError(f"CodeEnvConfig.memory_mb must be >= 64, got {self.memory_mb}")
 
