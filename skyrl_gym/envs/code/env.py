@@ -14,7 +14,11 @@ The episode ends on the final answer (a turn with a fenced block and no tool cal
 ``max_turns`` (default 4).
 
 The sandbox (``env_config["sandbox"]``: ``"local"``, the default, or ``"docker"`` for a strict
-container of ``skyrl-sandbox/python``) is made at the first run and closed by ``close()``.
+container of ``skyrl-sandbox/python``) is made at the first run and closed by ``close()``
+(``pool_size > 0``: leased from a shared warm Docker pool and given back). The model's mistakes
+(no block, syntax errors, crashes, timeouts, floods of output) are metadata and reward 0; a
+sandbox failure (``SandboxError``: the Docker daemon gone) raises out of ``step`` so that the
+runtime records it instead of training on a false 0.
 """
 
 from __future__ import annotations
