@@ -40,6 +40,16 @@ def _register_builtins() -> None:
             "skyrl_gym.envs.judge.simulated_user:AskUserEnv",
             "Ask a simulated user (LiteLLM or offline rules) for missing facts, then answer",
         ),
+        (
+            "code",
+            "skyrl_gym.envs.code.env:CodeEnv",
+            "LiveCodeBench-style coding: a fenced Python block graded by hidden tests in a sandbox",
+        ),
+        (
+            "code_multi_turn",
+            "skyrl_gym.envs.code.env:CodeMultiTurnEnv",
+            "LiveCodeBench-style coding with a sandboxed python tool before the final answer",
+        ),
     ]
     for env_id, entry_point, description in builtins:
         register(env_id, entry_point, description=description, source="builtin")
