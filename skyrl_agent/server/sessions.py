@@ -199,6 +199,8 @@ def calls_to_trajectories(
             else:
                 parent.extended = True
                 node = parent.child()
+                if len(call.choices) > 1:  # a fork: the choice index tells the branches apart
+                    node.sample_index = j
                 delta = list(call.prompt_ids[parent.length :])
                 node.response_ids += delta
                 node.loss_mask += [0] * len(delta)
