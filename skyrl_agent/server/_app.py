@@ -46,7 +46,7 @@ class _Core:
         self.policy, self.config, self.store = policy, config, store
         self.tok = policy.tokenizer
         self.renderer = ChatRenderer(self.tok, config.chat_template)
-        self.parser = get_parser(config.tool_parser)
+        self.parser = get_parser("hermes")  # <tool_call>{json}</tool_call>, as chatml_tools asks
         eos = set(getattr(policy, "eos_token_ids", ()) or ())
         if self.tok.eos_token_id is not None:
             eos.add(int(self.tok.eos_token_id))
@@ -217,6 +217,9 @@ async def _chat(core: _Core, req: ChatRequest, session_header: str | None) -> tu
         request_id=rid,
         created=time.time(),
     )
+    if req.logprobs:
+        for out in outs:
+            _need_logprobs(out)  # before anything is recorded or streamed
     core.store.record(session, call)
     created = int(call.created)
     as_ids = req.return_tokens_as_token_ids
@@ -338,6 +341,9 @@ async def _complete(
         for i in range(req.n)
     ]
     outs = await core.generate(requests)
+    if req.logprobs is not None:
+        for out in outs:
+            _need_logprobs(out)  # before anything is recorded or streamed
     stops = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
     session = core.session_of(session_header, req.user)
     want_lp = req.logprobs is not None

@@ -26,8 +26,6 @@ class ServerConfig:
     """New tokens when a request sets no ``max_tokens`` (cut to what fits in ``max_model_len``)."""
     max_n: int = 16
     """Largest ``n`` accepted."""
-    tool_parser: str = "hermes"
-    """The ``skyrl_gym.tools.parsers`` parser that turns generated text into ``tool_calls``."""
     default_session: str = "default"
     """Session of calls that carry neither an ``X-Session-ID`` header nor a ``user`` field."""
     max_sessions: int = 4096

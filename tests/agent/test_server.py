@@ -319,7 +319,9 @@ def test_the_runtimes_own_openai_client_policy_gets_exact_ids(hf_server, tiny):
     model, tok = tiny
     ids = tok.encode("Hello there")
     sp = SamplingParams(max_tokens=6, seed=4)
-    direct = HFPolicy(model, tok).generate_sync([GenerateRequest(ids, sp)])[0]
+    local = HFPolicy(model, tok)
+    direct = local.generate_sync([GenerateRequest(ids, sp)])[0]
+    local.close()
     policy = OpenAICompatPolicy(hf_server.url, "tiny", tok)
 
     async def main():
@@ -527,6 +529,18 @@ def test_missing_fastapi_names_the_serve_extra(monkeypatch, tokenizer):
         build_app(ScriptedPolicy(tokenizer, ["x"]))
 
 
+def test_importing_the_server_package_imports_no_fastapi_or_torch():
+    code = (
+        "import sys, skyrl_agent.server as s; s.SessionStore(); "
+        "print(sorted(m for m in ('fastapi', 'uvicorn', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_child_env(), timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_serve_verb_is_declared_and_parses():
     import argparse
     import tomllib
@@ -541,3 +555,17 @@ def test_serve_verb_is_declared_and_parses():
     add_command(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["serve", "--tiny", "--port", "0", "--host", "127.0.0.1"])
     assert args.tiny and args.port == 0 and args.handler.__name__ == "_serve"
+
+
+@pytest.mark.slow
+def test_readme_server_example_runs():
+    import re
+
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = text.split("## An OpenAI-compatible server that records trainable trajectories", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    scope = {"__name__": "readme_server_example"}
+    exec(compile(code, "README.md:serve", "exec"), scope)
+    traj = scope["traj"]
+    assert traj.num_turns == 2 and traj.reward == 1.0
+    assert 0 in traj.loss_mask and traj.loss_mask[0] == 1
