@@ -400,13 +400,23 @@ LITELLM_SNIPPET = """
 import json, sys, litellm
 url, model = sys.argv[1], sys.argv[2]
 tools = json.loads(sys.argv[3])
-r = litellm.completion(model="openai/" + model, api_base=url, api_key="unused", max_tokens=32,
-                       messages=[{"role": "user", "content": "What is 2 + 3?"}], tools=tools,
-                       extra_headers={"X-Session-ID": "litellm"})
+kw = dict(model="openai/" + model, api_base=url, api_key="unused", max_tokens=32, tools=tools,
+          extra_headers={"X-Session-ID": "litellm"})
+messages = [{"role": "user", "content": "What is 2 + 3?"}]
+r = litellm.completion(messages=messages, **kw)
 m = r.choices[0].message
-print(json.dumps({"finish": r.choices[0].finish_reason, "content": m.content,
-                  "calls": [[c.function.name, c.function.arguments] for c in (m.tool_calls or [])],
-                  "usage": [r.usage.prompt_tokens, r.usage.completion_tokens]}))
+calls = m.tool_calls or []
+out = {"finish": r.choices[0].finish_reason, "content": m.content,
+       "calls": [[c.function.name, c.function.arguments] for c in calls],
+       "usage": [r.usage.prompt_tokens, r.usage.completion_tokens]}
+messages.append({"role": "assistant", "content": m.content,
+                 "tool_calls": [{"id": c.id, "type": "function",
+                                 "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                                for c in calls]})
+messages += [{"role": "tool", "tool_call_id": c.id, "content": "5"} for c in calls]
+r2 = litellm.completion(messages=messages, **kw)
+out["answer"] = r2.choices[0].message.content
+print(json.dumps(out))
 """
 
 
@@ -429,11 +439,14 @@ def test_litellm_from_another_process_produces_a_trainable_trajectory(scripted_s
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["finish"] == "tool_calls" and out["calls"][0][0] == "add"
     assert json.loads(out["calls"][0][1]) == {"a": 2, "b": 3}
-    [call] = scripted_server.store.get("litellm")
+    assert out["answer"] == "The sum is 5."
+    call, second = scripted_server.store.get("litellm")
     assert out["usage"] == [len(call.prompt_ids), len(call.choices[0].token_ids)]
+    assert second.reused_ids == len(call.prompt_ids) + len(call.choices[0].token_ids)
     [traj] = scripted_server.store.trajectories("litellm")
     traj.validate()
-    assert traj.response_ids == call.choices[0].token_ids and all(traj.loss_mask)
+    assert traj.num_turns == 2 and traj.input_ids == second.prompt_ids + second.choices[0].token_ids
+    assert traj.response_ids[: len(call.choices[0].token_ids)] == call.choices[0].token_ids
 
 
 @pytest.mark.slow
