@@ -429,7 +429,7 @@ async def _completion_stream(
 
 
 # --------------------------------------------------------------------------- app
-def _session_body(store: SessionStore, session_id: str, calls: list[CallRecord]) -> dict[str, Any]:
+def _session_body(session_id: str, calls: list[CallRecord]) -> dict[str, Any]:
     from skyrl_agent.server.sessions import calls_to_trajectories
 
     return {
@@ -447,7 +447,7 @@ def build_app(policy: Policy, config: ServerConfig | None = None, store: Session
     from fastapi.responses import JSONResponse, StreamingResponse
 
     config = config or ServerConfig()
-    store = store if store is not None else SessionStore(config.max_sessions)
+    store = store if store is not None else SessionStore(config.max_sessions, config.max_calls_per_session)
     core = _Core(policy, config, store)
     app = fastapi.FastAPI(title="skyrl OpenAI-compatible server", version="1")
     app.state.store = store
@@ -505,14 +505,14 @@ def build_app(policy: Policy, config: ServerConfig | None = None, store: Session
         calls = store.get(session_id)
         if calls is None:
             raise ApiError(404, f"no session {session_id!r}", param="session_id", code="session_not_found")
-        return _session_body(store, session_id, calls)
+        return _session_body(session_id, calls)
 
     @app.delete("/v1/sessions/{session_id}")
     async def pop_session(session_id: str) -> Any:
         calls = store.pop(session_id)
         if calls is None:
             raise ApiError(404, f"no session {session_id!r}", param="session_id", code="session_not_found")
-        return _session_body(store, session_id, calls)
+        return _session_body(session_id, calls)
 
     @app.delete("/v1/sessions")
     async def clear_sessions() -> dict[str, int]:

@@ -59,7 +59,11 @@ class ServerThread:
         from skyrl_agent.server._app import build_app
 
         self.config = config or ServerConfig()
-        self.store = store if store is not None else SessionStore(self.config.max_sessions)
+        self.store = (
+            store
+            if store is not None
+            else SessionStore(self.config.max_sessions, self.config.max_calls_per_session)
+        )
         self.app = build_app(policy, self.config, self.store)
         self.host = host
         self.startup_timeout_s = startup_timeout_s

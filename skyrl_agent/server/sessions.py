@@ -70,10 +70,12 @@ class Continuation:
 
 class SessionStore:
     """Thread-safe store of call records by session id (least recently used dropped past
-    ``max_sessions``)."""
+    ``max_sessions``, oldest calls of a session past ``max_calls_per_session``)."""
 
-    def __init__(self, max_sessions: int = 4096) -> None:
+    def __init__(self, max_sessions: int = 4096, max_calls_per_session: int = 100_000) -> None:
         self.max_sessions = max_sessions
+        self.max_calls_per_session = max_calls_per_session
+        self._trimmed: set[str] = set()
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, list[CallRecord]] = OrderedDict()
 
@@ -82,6 +84,11 @@ class SessionStore:
         with self._lock:
             calls = self._sessions.setdefault(session_id, [])
             calls.append(call)
+            if len(calls) > self.max_calls_per_session:
+                del calls[: len(calls) - self.max_calls_per_session]
+                if session_id not in self._trimmed:
+                    self._trimmed.add(session_id)
+                    log.warning("session %r is over %d calls: dropping its oldest", session_id, len(calls))
             self._sessions.move_to_end(session_id)
             while len(self._sessions) > self.max_sessions:
                 dropped, old = self._sessions.popitem(last=False)
@@ -96,6 +103,7 @@ class SessionStore:
     def pop(self, session_id: str) -> list[CallRecord] | None:
         """Remove ``session_id`` and return its calls, or None if unknown."""
         with self._lock:
+            self._trimmed.discard(session_id)
             return self._sessions.pop(session_id, None)
 
     def clear(self) -> int:
@@ -103,6 +111,7 @@ class SessionStore:
         with self._lock:
             n = len(self._sessions)
             self._sessions.clear()
+            self._trimmed.clear()
             return n
 
     def ids(self) -> dict[str, int]:

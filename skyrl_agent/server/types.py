@@ -30,13 +30,16 @@ class ServerConfig:
     """Session of calls that carry neither an ``X-Session-ID`` header nor a ``user`` field."""
     max_sessions: int = 4096
     """Most sessions kept; past it the least recently used session is dropped (and logged)."""
+    max_calls_per_session: int = 100_000
+    """Most calls kept per session; past it the oldest are dropped (and logged once). A bound for
+    servers whose clients name no session, so everything lands in the default one."""
     request_timeout_s: float = 600.0
     """Deadline of one generation; past it the request gets 504 and nothing is recorded."""
 
     def __post_init__(self) -> None:
         from skyrl_gym.errors import ConfigError
 
-        for name in ("max_model_len", "default_max_tokens", "max_n", "max_sessions"):
+        for name in ("max_model_len", "default_max_tokens", "max_n", "max_sessions", "max_calls_per_session"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ServerConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.request_timeout_s <= 0:

@@ -533,6 +533,21 @@ def test_a_call_without_logprobs_gives_none():
     assert t.rollout_logprobs is None and t.loss_mask == [1, 0, 1]
 
 
+def test_store_bounds_sessions_and_calls():
+    from skyrl_agent.server import SessionStore
+
+    store = SessionStore(max_sessions=2, max_calls_per_session=3)
+    for i in range(5):
+        store.record("a", _call([i], [i + 100]))
+    store.record("b", _call([1], [2]))
+    store.record("c", _call([1], [2]))
+    assert store.ids() == {"b": 1, "c": 1}  # "a" was the least recently used
+    for i in range(5):
+        store.record("b", _call([i], [i + 100]))
+    assert [c.prompt_ids for c in store.get("b")] == [[2], [3], [4]]
+    assert len(store.pop("b")) == 3 and store.get("b") is None and store.clear() == 1
+
+
 def test_missing_fastapi_names_the_serve_extra(monkeypatch, tokenizer):
     from skyrl_agent.server import build_app
     from skyrl_gym.errors import MissingDependencyError
