@@ -113,7 +113,7 @@ def test_user_field_names_the_session_when_no_header(hf_server):
     assert len(hf_server.store.get("by-user-field")) == 1
 
 
-def test_multi_turn_chat_continues_the_sampled_ids_and_makes_one_trajectory(hf_server):
+def test_multi_turn_chat_continues_the_sampled_ids_and_makes_one_trajectory(hf_server, tokenizer):
     client = _client(hf_server)
     sid = _session("multi")
     r1 = client.chat.completions.create(model="tiny", messages=USER, max_tokens=5, extra_headers=sid)
@@ -133,6 +133,9 @@ def test_multi_turn_chat_continues_the_sampled_ids_and_makes_one_trajectory(hf_s
     assert traj.num_turns == 2 and traj.num_generated_tokens == 10
     (s0, e0), (s1, e1) = traj.turn_spans
     assert traj.loss_mask[e0:s1] == [0] * (s1 - e0) and s1 > e0  # template + user text between
+    between = tokenizer.decode(traj.response_ids[e0:s1])
+    assert between.startswith("<|im_end|>") and "And again?" in between
+    assert between.endswith("<|im_start|>assistant\n")
     assert traj.rollout_logprobs[s1:e1] == pytest.approx(second.choices[0].logprobs)
     assert traj.token_rewards[e1 - 1] == 1.0 and sum(traj.token_rewards) == 1.0
 
@@ -300,6 +303,24 @@ def test_completions_with_text_and_token_id_prompts(hf_server, tokenizer):
         f"{hf_server.url}/completions", json={"model": "tiny", "prompt": [10**9], "max_tokens": 2}, timeout=10
     )
     assert bad.status_code == 400 and "vocabulary" in bad.json()["error"]["message"]
+
+
+def test_completion_stop_strings_over_a_scripted_policy(scripted_server, tokenizer):
+    client = _client(scripted_server)
+    r = client.completions.create(
+        model="scripted", prompt="x", stop=["add", "zzz"], max_tokens=64, extra_headers=_session("cstop")
+    )
+    assert r.choices[0].text == "Let me " and r.choices[0].finish_reason == "stop"
+    kept = client.completions.create(
+        model="scripted",
+        prompt="x",
+        stop="add",
+        max_tokens=64,
+        extra_body={"include_stop_str_in_output": True},
+    )
+    assert kept.choices[0].text == "Let me add"
+    [call] = scripted_server.store.get("cstop")
+    assert tokenizer.decode(call.choices[0].token_ids).startswith(CALL_TEXT)  # the record keeps every id
 
 
 def test_streamed_completion_equals_the_whole_text(hf_server):
@@ -579,6 +600,10 @@ def test_serve_verb_is_declared_and_parses():
         project = tomllib.load(f)["project"]
     assert project["entry-points"]["skyrl.cli"]["serve"] == "skyrl_agent.server.cli:add_command"
     assert "fastapi>=0.110" in project["optional-dependencies"]["serve"]
+    from importlib.metadata import EntryPoint
+
+    value = project["entry-points"]["skyrl.cli"]["serve"]
+    assert EntryPoint("serve", value, "skyrl.cli").load() is add_command
     parser = argparse.ArgumentParser()
     add_command(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["serve", "--tiny", "--port", "0", "--host", "127.0.0.1"])
