@@ -469,6 +469,18 @@ def build_app(policy: Policy, config: ServerConfig | None = None, store: Session
         )
         return JSONResponse(ApiError(400, msg, param=where or None).body(), status_code=400)
 
+    if config.api_key:
+        expected = f"Bearer {config.api_key}"
+
+        @app.middleware("http")
+        async def _auth(request: fastapi.Request, call_next: Any) -> Any:
+            if request.url.path.startswith("/v1") and request.headers.get("authorization") != expected:
+                error = ApiError(
+                    401, "a wrong or missing API key", type="authentication_error", code="invalid_api_key"
+                )
+                return JSONResponse(error.body(), status_code=401)
+            return await call_next(request)
+
     def respond(body: dict[str, Any], stream: Any, session: str) -> Any:
         headers = {SESSION_HEADER: session}
         if stream is not None:

@@ -15,6 +15,7 @@ Endpoints: ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``, ``/v1/
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,6 +50,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
     p.add_argument("--max-tokens", type=int, default=512, help="new tokens when a request sets none")
     p.add_argument("--max-batch-size", type=int, default=16, help="rows in one model call")
+    p.add_argument(
+        "--api-key", default=None, help="require this bearer token (default: $SKYRL_SERVE_API_KEY, else none)"
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--seed", type=int, default=0)
@@ -92,6 +96,7 @@ def _serve(args: argparse.Namespace) -> int:
         chat_template=template,
         max_model_len=context,
         default_max_tokens=args.max_tokens,
+        api_key=args.api_key or os.environ.get("SKYRL_SERVE_API_KEY") or None,
     )
     try:
         run_server(policy, config, host=args.host, port=args.port, log_level=args.log_level)

@@ -33,6 +33,8 @@ class ServerConfig:
     max_calls_per_session: int = 100_000
     """Most calls kept per session; past it the oldest are dropped (and logged once). A bound for
     servers whose clients name no session, so everything lands in the default one."""
+    api_key: str | None = None
+    """When set, every ``/v1`` request must send ``Authorization: Bearer <api_key>`` (else 401)."""
     request_timeout_s: float = 600.0
     """Deadline of one generation; past it the request gets 504 and nothing is recorded."""
 

@@ -554,6 +554,16 @@ def test_a_call_without_logprobs_gives_none():
     assert t.rollout_logprobs is None and t.loss_mask == [1, 0, 1]
 
 
+def test_api_key_is_enforced_when_set(tokenizer):
+    with ServerThread(
+        ScriptedPolicy(tokenizer, ["ok"]), ServerConfig(model_name="m", api_key="s3cret")
+    ) as server:
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=server.url, api_key="wrong", max_retries=0).models.list()
+        client = openai.OpenAI(base_url=server.url, api_key="s3cret", max_retries=0)
+        assert client.chat.completions.create(model="m", messages=USER).choices[0].message.content == "ok"
+
+
 def test_store_bounds_sessions_and_calls():
     from skyrl_agent.server import SessionStore
 
