@@ -15,7 +15,15 @@ from skyrl_agent.server.sessions import SessionStore
 from skyrl_agent.server.types import ServerConfig
 from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, Policy
 
-__all__ = ["Core", "chat_logprobs", "completion_logprobs", "include_usage", "need_logprobs", "sse", "usage_of"]
+__all__ = [
+    "Core",
+    "chat_logprobs",
+    "completion_logprobs",
+    "include_usage",
+    "need_logprobs",
+    "sse",
+    "usage_of",
+]
 
 log = logging.getLogger(__name__)
 
