@@ -1,0 +1,140 @@
+"""What every request handler needs: the policy, the renderer, the tool parser, the session
+store, and the wire-format helpers for usage and logprobs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from skyrl_agent.chat import ChatRenderer
+from skyrl_agent.server._protocol import ApiError, token_text
+from skyrl_agent.server.sessions import SessionStore
+from skyrl_agent.server.types import ServerConfig
+from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, Policy
+
+__all__ = [
+    "Core",
+    "chat_logprobs",
+    "completion_logprobs",
+    "include_usage",
+    "need_logprobs",
+    "sse",
+    "usage_of",
+]
+
+log = logging.getLogger(__name__)
+
+
+class Core:
+    """Everything a request needs: the policy, the renderer, the tool parser, the store."""
+
+    def __init__(self, policy: Policy, config: ServerConfig, store: SessionStore) -> None:
+        from skyrl_gym.tools.parsers import get_parser
+
+        self.policy, self.config, self.store = policy, config, store
+        self.tok = policy.tokenizer
+        self.renderer = ChatRenderer(self.tok, config.chat_template)
+        self.parser = get_parser("hermes")  # <tool_call>{json}</tool_call>, as chatml_tools asks
+        eos = set(getattr(policy, "eos_token_ids", ()) or ())
+        if self.tok.eos_token_id is not None:
+            eos.add(int(self.tok.eos_token_id))
+        self.eos_ids = eos
+        self.vocab = len(self.tok)
+
+    def check_model(self, model: str) -> None:
+        if model != self.config.model_name:
+            raise ApiError(
+                404,
+                f"The model {model!r} does not exist; this server serves {self.config.model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
+
+    def max_tokens(self, prompt_len: int, asked: int | None) -> int:
+        room = self.config.max_model_len - prompt_len
+        if room < 1:
+            raise ApiError(
+                400,
+                f"the prompt has {prompt_len} tokens; this model's context is {self.config.max_model_len}",
+                code="context_length_exceeded",
+                param="messages",
+            )
+        if asked is not None and asked > room:
+            raise ApiError(
+                400,
+                f"max_tokens {asked} + prompt {prompt_len} tokens exceeds the context of "
+                f"{self.config.max_model_len}; ask for at most {room}",
+                code="context_length_exceeded",
+                param="max_tokens",
+            )
+        return asked if asked is not None else min(self.config.default_max_tokens, room)
+
+    async def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateOutput]:
+        try:
+            async with asyncio.timeout(self.config.request_timeout_s):
+                return await self.policy.generate(requests)
+        except TimeoutError:
+            raise ApiError(
+                504, f"generation took longer than {self.config.request_timeout_s}s", type="timeout"
+            ) from None
+        except ApiError:
+            raise
+        except ValueError as exc:  # a policy's ConfigError: a request it cannot take
+            raise ApiError(400, str(exc)) from exc
+        except Exception as exc:
+            log.exception("policy failed")
+            raise ApiError(
+                500, f"the policy failed: {type(exc).__name__}: {exc}", type="server_error"
+            ) from exc
+
+    def finish(self, out: GenerateOutput, stopped: bool) -> str:
+        if out.finish_reason == FinishReason.ABORT:
+            return "abort"
+        if stopped or out.finish_reason == FinishReason.STOP:
+            return "stop"
+        return "length"
+
+    def session_of(self, header: str | None, user: str | None) -> str:
+        return header or user or self.config.default_session
+
+
+def usage_of(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def include_usage(stream_options: dict[str, Any] | None) -> bool:
+    return bool(stream_options and stream_options.get("include_usage"))
+
+
+def chat_logprobs(core: Core, ids: Sequence[int], lps: Sequence[float], as_ids: bool) -> dict[str, Any]:
+    content = []
+    for t, lp in zip(ids, lps, strict=True):
+        text = token_text(core.tok, t, as_ids)
+        content.append({"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []})
+    return {"content": content}
+
+
+def completion_logprobs(core: Core, ids: Sequence[int], lps: Sequence[float], as_ids: bool) -> dict[str, Any]:
+    tokens = [token_text(core.tok, t, as_ids) for t in ids]
+    offsets, pos = [], 0
+    for t in ids:
+        offsets.append(pos)
+        pos += len(core.tok.decode([t], skip_special_tokens=False))
+    return {"tokens": tokens, "token_logprobs": list(lps), "top_logprobs": None, "text_offset": offsets}
+
+
+def need_logprobs(out: GenerateOutput) -> list[float]:
+    if out.logprobs is None:
+        raise ApiError(400, "this server's policy gives no logprobs; ask without logprobs", param="logprobs")
+    return out.logprobs
