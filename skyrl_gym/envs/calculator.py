@@ -7,8 +7,8 @@ Turn 1: the model calls the calculator with a native Hermes-style tool call::
 The env runs it and answers ``<tool_response>449</tool_response>``. Turn 2: the model answers
 ``<answer>449</answer>``. Reward: ``call_reward`` (0.2) for a well-formed call to ``calc`` plus
 ``answer_reward`` (0.8) for the right final answer; the episode ends after the answer or at
-``max_turns`` (2). The prompt carries one worked example exchange, without which a 135M model
-never produces the format (measured: 0% sampled).
+``max_turns`` (2). The prompt carries two worked example exchanges: with one, SmolLM2-135M
+produced no well-formed call in 32 samples at temperature 0.8; with two, 7 of 32.
 
 What is learned is mostly the format (the tool does the arithmetic): this task shows the RL
 mechanics working end to end, not reasoning gains.
@@ -35,10 +35,23 @@ SYSTEM_PROMPT = (
     '<tool_call>{"name": "calc", "arguments": {"expr": "<arithmetic expression>"}}</tool_call>\n'
     "You will get <tool_response>result</tool_response>. Then reply with <answer>result</answer>."
 )
-_EXAMPLE_Q = "What is 12 * 4 + 7?"
-_EXAMPLE_CALL = '<tool_call>{"name": "calc", "arguments": {"expr": "12 * 4 + 7"}}</tool_call>'
-_EXAMPLE_OBS = "<tool_response>55</tool_response>"
-_EXAMPLE_ANSWER = "<answer>55</answer>"
+# Two worked example exchanges. Measured with SmolLM2-135M-Instruct at temperature 0.8 (32
+# samples over 4 questions): one example gives 0/32 well-formed calls, two give 7/32.
+_EXAMPLES = (("What is 12 * 4 + 7?", "12 * 4 + 7", 55), ("Compute 9 + 3 * 5.", "9 + 3 * 5", 24))
+
+
+def _example_messages() -> list[dict[str, str]]:
+    messages = []
+    for question, expr, value in _EXAMPLES:
+        call = json.dumps({"name": "calc", "arguments": {"expr": expr}})
+        messages += [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": f"<tool_call>{call}</tool_call>"},
+            {"role": "user", "content": f"<tool_response>{value}</tool_response>"},
+            {"role": "assistant", "content": f"<answer>{value}</answer>"},
+        ]
+    return messages
+
 
 _PHRASINGS = (
     "What is {e}?",
@@ -94,10 +107,7 @@ def generate_calculator_rows(n: int, *, split: str = "train", seed: int = 0) -> 
                 "expr": expr,
                 "prompt": [
                     {"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": _EXAMPLE_Q},
-                    {"role": "assistant", "content": _EXAMPLE_CALL},
-                    {"role": "user", "content": _EXAMPLE_OBS},
-                    {"role": "assistant", "content": _EXAMPLE_ANSWER},
+                    *_example_messages(),
                     {"role": "user", "content": question},
                 ],
                 "env_class": "calculator",
