@@ -44,7 +44,7 @@ class TrainConfig:
     bf16: bool = True
     """bf16 autocast for generation and training (about 2x faster forward/backward on this CPU)."""
     # ---------------------------------------------------------------- rollouts
-    steps: int = 20
+    steps: int = 10
     """Training steps (each: one batch of groups, one or more optimizer updates)."""
     prompts_per_step: int = 4
     """Prompts per step."""

@@ -181,13 +181,13 @@ def _reference_fn(cfg: TrainConfig, model: torch.nn.Module) -> Any:
         return None
     if cfg.lora_rank > 0:  # the base model is the reference: switch the adapters off
 
-        def with_adapters_off(ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        def with_adapters_off(ids: torch.Tensor, attn: torch.Tensor, prefix: int = 0) -> torch.Tensor:
             with model.disable_adapter():
-                return token_logprobs(model, ids, attn, bf16=cfg.bf16)[0]
+                return token_logprobs(model, ids, attn, bf16=cfg.bf16, prefix_len=prefix)[0]
 
         return with_adapters_off
     ref = copy.deepcopy(model).eval().requires_grad_(False)
-    return lambda ids, attn: token_logprobs(ref, ids, attn, bf16=cfg.bf16)[0]
+    return lambda ids, attn, prefix=0: token_logprobs(ref, ids, attn, bf16=cfg.bf16, prefix_len=prefix)[0]
 
 
 class _Progress:

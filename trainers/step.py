@@ -20,7 +20,7 @@ import torch
 from trainers.batch import TrainBatch
 from trainers.config import TrainConfig
 from trainers.kl import kl_loss
-from trainers.logprobs import token_logprobs
+from trainers.logprobs import shared_prefix_len, token_logprobs
 from trainers.losses import entropy_bonus_loss, policy_loss
 from trainers.types import KLConfig, PolicyLossConfig
 
@@ -74,7 +74,10 @@ def old_logprobs(
     out_BT = torch.zeros_like(batch.mask_BT)
     for sl in _micro_batches(batch.input_ids_BT.shape[0], micro_batch_size):
         sub = batch.select(sl)
-        lp_BT, _ = token_logprobs(model, sub.input_ids_BT, sub.attention_mask_BT, bf16=bf16)
+        prefix = shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
+        lp_BT, _ = token_logprobs(
+            model, sub.input_ids_BT, sub.attention_mask_BT, bf16=bf16, prefix_len=prefix
+        )
         out_BT[sl, : lp_BT.shape[1]] = lp_BT.float()
     return out_BT
 
@@ -90,8 +93,8 @@ def train_step(
 ) -> StepStats:
     """Run ``cfg.updates_per_step`` optimizer updates on ``batch`` (advantages already set).
 
-    ``ref_logprobs_fn(input_ids_BT, attention_mask_BT) -> logprobs_BT`` gives the reference
-    model's logprobs (needed when ``cfg.kl_coef > 0``)."""
+    ``ref_logprobs_fn(input_ids_BT, attention_mask_BT, prefix_len) -> logprobs_BT`` gives the
+    reference model's logprobs (needed when ``cfg.kl_coef > 0``)."""
     if batch.advantages_BT is None:
         raise ValueError("set batch.advantages_BT before train_step (trainers.advantages.compute_advantages)")
     start = time.perf_counter()
@@ -114,12 +117,16 @@ def train_step(
                 continue
             # each micro-batch's reduced loss, scaled to its share of the full batch
             share = n_tok / total_tokens if pcfg.reduction == "token_mean" else sub.mask_BT.shape[0] / B
+            # rows of a micro-batch usually share their prompt's start: run it once
+            prefix = shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
             logprobs_BT, entropy_BT = token_logprobs(
                 model,
                 sub.input_ids_BT,
                 sub.attention_mask_BT,
-                with_entropy=cfg.entropy_coef > 0,
+                with_entropy=True,  # logged always; carries a gradient only for an entropy bonus
+                entropy_grad=cfg.entropy_coef > 0,
                 bf16=cfg.bf16,
+                prefix_len=prefix,
             )
             old_BT = sub.old_logprobs_BT if sub.old_logprobs_BT is not None else logprobs_BT.detach()
             loss, pstats = policy_loss(
@@ -139,22 +146,18 @@ def train_step(
                 if ref_logprobs_fn is None:
                     raise ValueError("kl_coef > 0 needs ref_logprobs_fn (the reference model's logprobs)")
                 with torch.no_grad():
-                    ref_BT = ref_logprobs_fn(sub.input_ids_BT, sub.attention_mask_BT)
+                    ref_BT = ref_logprobs_fn(sub.input_ids_BT, sub.attention_mask_BT, prefix)
                 kl_term, kstats = kl_loss(
                     logprobs_BT, ref_BT, sub.mask_BT, kcfg, pcfg.reduction, norm_constant=pcfg.norm_constant
                 )
                 loss = loss + kl_term
                 sums["kl"] += kstats.kl_mean * n_tok
-            if entropy_BT is not None:
-                ent_term, estats = entropy_bonus_loss(
-                    entropy_BT,
-                    sub.mask_BT,
-                    cfg.entropy_coef,
-                    pcfg.reduction,
-                    norm_constant=pcfg.norm_constant,
-                )
+            ent_term, estats = entropy_bonus_loss(
+                entropy_BT, sub.mask_BT, cfg.entropy_coef, pcfg.reduction, norm_constant=pcfg.norm_constant
+            )
+            if cfg.entropy_coef > 0:
                 loss = loss + ent_term
-                sums["entropy"] += estats.entropy_mean * n_tok
+            sums["entropy"] += estats.entropy_mean * n_tok
             (loss * share).backward()
         if cfg.grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

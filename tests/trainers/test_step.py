@@ -136,3 +136,27 @@ def test_missing_advantages_is_a_clear_error():
     batch.advantages_BT = None
     with pytest.raises(ValueError, match="advantages_BT"):
         train_step(tiny_lm(), torch.optim.SGD(tiny_lm().parameters(), lr=0.1), batch, TrainConfig())
+
+
+def test_shared_prefix_gives_the_same_logprobs_and_gradients():
+    from trainers.logprobs import shared_prefix_len
+
+    batch = make_batch(B=4, T=12)
+    batch.input_ids_BT[:, :5] = batch.input_ids_BT[0, :5]  # a common system prompt
+    prefix = shared_prefix_len(batch.input_ids_BT, batch.mask_BT)
+    assert prefix == 3  # limited by the first trained position, not by the 5 shared tokens
+    batch.mask_BT[:, :6] = 0
+    prefix = shared_prefix_len(batch.input_ids_BT, batch.mask_BT)
+    assert prefix == 5
+    results = []
+    for p in (0, prefix):
+        model = tiny_lm()
+        lp, ent = token_logprobs(
+            model, batch.input_ids_BT, batch.attention_mask_BT, with_entropy=True, prefix_len=p
+        )
+        (lp * batch.mask_BT).sum().backward()
+        grads = [q.grad.clone() for q in model.parameters()]
+        results.append((lp * batch.mask_BT, ent * batch.mask_BT, grads))
+    (lp0, ent0, g0), (lp1, ent1, g1) = results
+    assert torch.allclose(lp0, lp1, atol=1e-5) and torch.allclose(ent0, ent1, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g0, g1, strict=True))
