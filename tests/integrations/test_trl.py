@@ -132,3 +132,18 @@ def test_two_grpo_steps_on_text2sql_with_env_rewards(tmp_path):
     moved = any(not torch.equal(before[k], v) for k, v in model.named_parameters())
     rewards = {t.reward for t in trajs}
     assert moved or len(rewards) == 1
+
+
+@pytest.mark.slow
+def test_trl_example_smoke_run():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "trl_text2sql.py"
+    spec = importlib.util.spec_from_file_location("trl_text2sql_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    last = module.main(
+        ["--model", "tiny", "--steps", "1", "--prompts", "2", "--group", "2", "--max-tokens-per-turn", "8"]
+    )
+    assert -1.0 <= last["rewards/env_reward/mean"] <= 1.0
