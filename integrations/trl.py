@@ -31,13 +31,16 @@ Usage::
 TRL passes the rollout function only the prompts, not the dataset rows, so the rows are given to
 :func:`make_rollout_func` too and each prompt is matched back to its row (its env id, env config
 and extras) by the prompt's messages. TRL's ``environment_factory`` does not fit our text envs:
-it drives tool methods through the tokenizer's tool-call parser and re-renders the conversation,
+it drives an env's methods as tools through the tokenizer's tool-call parser (it refuses a chat
+template without tool calling, such as SmolLM2's) and re-renders the conversation each turn,
 while our envs parse the model's raw text and our loop appends observation ids token-in
 token-out; the ``rollout_func`` path keeps both.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -115,6 +118,17 @@ def rollout_to_trl(
         out["env_turns"].append(traj.num_turns)
         out["env_stop_reason"].append(str(traj.stop_reason))
     return out
+
+
+def _run(engine: RolloutEngine, items: list[PromptItem]) -> Any:
+    """``engine.run_sync(items)``, from a worker thread when an event loop already runs here
+    (a notebook), since ``asyncio.run`` cannot nest."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return engine.run_sync(items)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyrl-trl-rollout") as pool:
+        return pool.submit(engine.run_sync, items).result()
 
 
 class TRLRollout:
@@ -208,7 +222,7 @@ class TRLRollout:
         was_training = model.training
         model.eval()
         try:
-            result = engine.run_sync(items)
+            result = _run(engine, items)
         finally:
             model.train(was_training)
         self.last_trajectories = result.trajectories

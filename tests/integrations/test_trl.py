@@ -147,3 +147,59 @@ def test_trl_example_smoke_run():
         ["--model", "tiny", "--steps", "1", "--prompts", "2", "--group", "2", "--max-tokens-per-turn", "8"]
     )
     assert -1.0 <= last["rewards/env_reward/mean"] <= 1.0
+
+
+def test_rollout_func_runs_inside_a_running_event_loop():
+    """A notebook calls trainer.train() with an event loop running: the rollout must still work."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import torch
+
+    from skyrl_agent.models import tiny_random_model
+    from skyrl_gym.envs.sql.prompt import load_bundled_rows
+
+    torch.manual_seed(0)
+    model, tok = tiny_random_model(hidden_size=32, num_layers=1)
+    rows = load_bundled_rows("train", max_turns=2)[:1]
+    rollout = make_rollout_func(
+        rows, env_config={"max_turns": 2}, rollout_config=RolloutConfig(max_turns=2, max_tokens_per_turn=4)
+    )
+    trainer = SimpleNamespace(
+        model=model, processing_class=tok, accelerator=SimpleNamespace(unwrap_model=lambda m: m)
+    )
+
+    async def in_loop():
+        return rollout([rows[0]["prompt"]] * 2, trainer)
+
+    out = asyncio.run(in_loop())
+    rollout.close()
+    assert len(out["completion_ids"]) == 2 and len(out["env_reward"]) == 2
+    for ids, mask, lps in zip(out["completion_ids"], out["env_mask"], out["logprobs"], strict=True):
+        assert len(ids) == len(mask) == len(lps) and mask[0] == 1
+    assert all(r in (-1.0, 0.0, 1.0) for r in out["env_reward"])
+
+
+def test_failed_episodes_get_no_reward_and_no_loss():
+    from integrations.trl import rollout_to_trl
+    from skyrl_agent.types import StopReason, Trajectory
+
+    good = Trajectory(
+        [1, 2],
+        [3, 4, 5, 6],
+        [1, 1, 0, 1],
+        [-0.5, -0.1, 0.0, -0.2],
+        [0, 0, 0, 1.0],
+        1.0,
+        StopReason.ENV_DONE,
+        num_turns=2,
+    )
+    crashed = Trajectory([1, 2], [3, 4], [1, 1], [-0.5, -0.1], [0, 0], 0.0, StopReason.ENV_ERROR, masked=True)
+    setup_failed = Trajectory([], [], [], None, [], 0.0, StopReason.ENV_ERROR, masked=True)
+    out = rollout_to_trl([good, crashed, setup_failed], [[], [], [7, 8]], eos_id=9)
+    assert out["env_reward"] == [1.0, None, None]
+    assert out["env_mask"] == [[1, 1, 0, 1], [0, 0], [0]]
+    assert out["prompt_ids"] == [[1, 2], [1, 2], [7, 8]]
+    assert out["completion_ids"] == [[3, 4, 5, 6], [3, 4], [9]]
+    assert out["logprobs"][0] == [-0.5, -0.1, 0.0, -0.2]
+    assert out["env_turns"] == [2, 0, 0]
