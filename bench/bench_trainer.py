@@ -5,7 +5,8 @@ of ``--batch`` sequences (``--prompt-len`` prompt tokens plus ``--completion-len
 tokens, the completion lengths varying by up to a quarter, with a span of observation tokens
 masked out of the loss in each completion), with the same advantages, the same micro-batch
 (the whole batch), bf16 autocast on or off on both (``--no-bf16``), ``torch.optim.AdamW``
-(lr 1e-6, no weight decay) and gradient clipping at 1.0. Loss: PPO-clip, eps 0.2, one update
+(lr 1e-6, no weight decay; ``fused=True`` on both by default, as TRL's default
+``adamw_torch_fused`` is, or the plain loop on both with ``--optim plain``) and gradient clipping at 1.0. Loss: PPO-clip, eps 0.2, one update
 per batch, token-mean reduction, no KL (TRL: ``loss_type="dapo"``, ``beta=0``, its defaults;
 gradient checkpointing off on both, since ours has none).
 
@@ -97,7 +98,9 @@ def fixed_sequences(
     return out
 
 
-def build_trl(model: Any, tok: Any, seqs: list, bf16: bool, out_dir: str) -> tuple[Any, dict[str, Any]]:
+def build_trl(
+    model: Any, tok: Any, seqs: list, bf16: bool, fused: bool, out_dir: str
+) -> tuple[Any, dict[str, Any]]:
     """A GRPOTrainer whose rollout_func returns ``seqs``; one warm-up ``train()`` step prepares
     the model, the optimizer and TRL's own input tensors, which are returned."""
     from datasets import Dataset
@@ -128,7 +131,7 @@ def build_trl(model: Any, tok: Any, seqs: list, bf16: bool, out_dir: str) -> tup
         lr_scheduler_type="constant",
         weight_decay=0.0,
         max_grad_norm=GRAD_CLIP,
-        optim="adamw_torch",
+        optim="adamw_torch_fused" if fused else "adamw_torch",
         gradient_checkpointing=False,
         bf16=bf16,
         use_cpu=True,
@@ -301,6 +304,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps per side first")
     ap.add_argument("--no-bf16", dest="bf16", action="store_false", help="fp32 on both sides")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--optim",
+        choices=["fused", "plain"],
+        default="fused",
+        help="AdamW on both sides: fused (TRL's default with torch >= 2.8) or the plain per-tensor loop",
+    )
     ap.add_argument("--profile", action="store_true", help="also profile one step of each side")
     ap.add_argument(
         "--prototype",
@@ -318,7 +327,7 @@ def main() -> None:
     del base
 
     with tempfile.TemporaryDirectory() as out_dir:
-        trainer, inputs = build_trl(trl_model, tok, seqs, args.bf16, out_dir)
+        trainer, inputs = build_trl(trl_model, tok, seqs, args.bf16, args.optim == "fused", out_dir)
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         batch = our_batch(inputs, pad)
         our_model.load_state_dict(trl_model.state_dict())  # start both from the same weights
@@ -333,14 +342,16 @@ def main() -> None:
             kl_coef=0.0,
             entropy_coef=0.0,
         )
-        optimizer = torch.optim.AdamW(our_model.parameters(), lr=LR, weight_decay=0.0)
+        optimizer = torch.optim.AdamW(
+            our_model.parameters(), lr=LR, weight_decay=0.0, fused=args.optim == "fused"
+        )
         tokens = int(batch.attention_mask_BT.sum())
         assert tokens == int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
         print(
             f"model {args.model} ({n_params / 1e6:.1f}M params), batch {args.batch} x "
             f"{args.prompt_len}+<= {args.completion_len} tokens ({tokens} real, "
             f"{batch.num_tokens} trained), bf16 {args.bf16}, threads {torch.get_num_threads()}, "
-            f"TRL optimizer {type(trainer.optimizer.optimizer if hasattr(trainer.optimizer, 'optimizer') else trainer.optimizer).__name__}, "
+            f"optim {args.optim}, TRL optimizer {type(trainer.optimizer.optimizer if hasattr(trainer.optimizer, 'optimizer') else trainer.optimizer).__name__}, "
             f"TRL mixed precision {trainer.accelerator.mixed_precision}",
             flush=True,
         )
@@ -361,7 +372,9 @@ def main() -> None:
             import trainers.step as step_module
 
             proto_model = copy.deepcopy(our_model)
-            proto_opt = torch.optim.AdamW(proto_model.parameters(), lr=LR, weight_decay=0.0)
+            proto_opt = torch.optim.AdamW(
+                proto_model.parameters(), lr=LR, weight_decay=0.0, fused=args.optim == "fused"
+            )
             fused = fused_logprobs_fn({tuple(batch.input_ids_BT.shape): batch.mask_BT})
             check_prototype(fused, our_model, batch, args.bf16)
 
