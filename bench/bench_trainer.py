@@ -6,9 +6,10 @@ tokens, the completion lengths varying by up to a quarter, with a span of observ
 masked out of the loss in each completion), with the same advantages, the same micro-batch
 (the whole batch), bf16 autocast on or off on both (``--no-bf16``), ``torch.optim.AdamW``
 (lr 1e-6, no weight decay; ``fused=True`` on both by default, as TRL's default
-``adamw_torch_fused`` is, or the plain loop on both with ``--optim plain``) and gradient clipping at 1.0. Loss: PPO-clip, eps 0.2, one update
-per batch, token-mean reduction, no KL (TRL: ``loss_type="dapo"``, ``beta=0``, its defaults;
-gradient checkpointing off on both, since ours has none).
+``adamw_torch_fused`` is, or the plain loop on both with ``--optim plain``) and gradient
+clipping at 1.0. Loss: PPO-clip, eps 0.2, one update per batch, token-mean reduction, no KL
+(TRL: ``loss_type="dapo"``, ``beta=0``, its defaults; gradient checkpointing off on both, since
+ours has none).
 
 What is timed (generation, rewards and advantages are excluded on both sides):
 
