@@ -82,7 +82,7 @@ class MetricsLogger:
 _PANELS = (
     ("reward_mean", "reward (train batch)"),
     ("success", "held-out success"),
-    ("kl", "KL to reference"),
+    ("kl", "KL to reference (0 unless kl_coef > 0)"),
     ("entropy", "entropy (nats/token)"),
     ("response_tokens_mean", "generated tokens per episode"),
     ("tokens_per_s", "training throughput (tokens/s)"),
