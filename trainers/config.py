@@ -44,7 +44,7 @@ class TrainConfig:
     bf16: bool = True
     """bf16 autocast for generation and training (about 2x faster forward/backward on this CPU)."""
     # ---------------------------------------------------------------- rollouts
-    steps: int = 10
+    steps: int = 12
     """Training steps (each: one batch of groups, one or more optimizer updates)."""
     prompts_per_step: int = 4
     """Prompts per step."""
@@ -90,7 +90,7 @@ class TrainConfig:
     skip_equal_reward_groups: bool = True
     """Leave out groups whose samples all got the same reward (they carry no GRPO signal)."""
     # ---------------------------------------------------------------- optimizer
-    lr: float = 1e-5
+    lr: float = 2e-5
     """AdamW learning rate."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
