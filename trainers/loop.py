@@ -190,19 +190,14 @@ def _reference_fn(cfg: TrainConfig, model: torch.nn.Module) -> Any:
     return lambda ids, attn, prefix=0: token_logprobs(ref, ids, attn, bf16=cfg.bf16, prefix_len=prefix)[0]
 
 
-class _Progress:
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-
-    def __call__(self, msg: str) -> None:
-        if self.enabled:
-            print(msg, file=sys.stderr, flush=True)
-
-
 def train(cfg: TrainConfig) -> TrainResult:
     """Run ``cfg`` to the end (or continue it with ``cfg.resume``); see the module docstring."""
     t0 = time.perf_counter()
-    say = _Progress(cfg.progress)
+
+    def say(msg: str) -> None:
+        if cfg.progress:
+            print(msg, file=sys.stderr, flush=True)
+
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     run_dir = Path(cfg.run_dir)
@@ -290,8 +285,8 @@ def train(cfg: TrainConfig) -> TrainResult:
     for step in range(start_step + 1, cfg.steps + 1):
         t_step = time.perf_counter()
         batch_rows = sampler.next(cfg.prompts_per_step)
-        engine = RolloutEngine(policy, rollout_config(cfg, cfg.group_size, seed=cfg.seed * 100_003 + step))
-        engine.progress = False
+        rollout_cfg = rollout_config(cfg, cfg.group_size, seed=cfg.seed * 100_003 + step)
+        engine = RolloutEngine(policy, rollout_cfg, progress=False)  # one line per step instead
         result = engine.run_sync(build_items(batch_rows, cfg.env))
         gen_s = time.perf_counter() - t_step
         trajs = result.trajectories
