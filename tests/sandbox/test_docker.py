@@ -142,16 +142,24 @@ def test_fork_bomb(strict):
     assert_usable(strict)
 
 
-def test_fork_bomb_that_leaves_its_process_group(strict):
-    r = _timed(
-        strict, "setsid bash -c 'b() { b | b & }; b' > /dev/null 2>&1 & sleep 1; echo launched", timeout=5
-    )
-    assert r.stdout == "launched\n"
-    time.sleep(0.5)
-    r = strict.exec("echo after")  # may fail to fork once, then the sandbox kills everything
-    if r.stdout != "after\n":
-        assert "process limit was reached" in r.stderr, r
-    assert_usable(strict)
+def test_fork_bomb_that_leaves_its_process_group(sandbox_images):
+    # its own container: an escaped bomb may outlive the commands that follow (documented), so it
+    # must not share the container the other adversarial cases use
+    with DockerSandbox(DockerSandboxConfig(image=sandbox_images["python"], limits=LIMITS)) as sb:
+        r = _timed(
+            sb, "setsid bash -c 'b() { b | b & }; b' > /dev/null 2>&1 & sleep 1; echo launched", timeout=5
+        )
+        assert r.stdout == "launched\n"
+        time.sleep(0.5)
+        # a command that finds the pids limit full fails once and makes the sandbox kill every
+        # process; bomb processes forked during that sweep can fill it again, so recovery may
+        # take more than one such round (at most three here)
+        for _ in range(3):
+            r = sb.exec("echo after")
+            if r.stdout == "after\n":
+                break
+            assert "process limit was reached" in r.stderr, r
+        assert_usable(sb)
 
 
 def test_memory_bomb(strict):
