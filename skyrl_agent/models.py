@@ -21,6 +21,8 @@ from skyrl_gym.errors import ConfigError, MissingDependencyError, require
 __all__ = [
     "BUNDLED_MODEL",
     "bundled_model_dir",
+    "cache_kwarg",
+    "output_cache",
     "load_model_and_tokenizer",
     "load_tokenizer",
     "tiny_random_model",
@@ -148,3 +150,17 @@ def tiny_random_model(
         torch.manual_seed(seed)
         model = transformers.LlamaForCausalLM(config)
     return model.eval(), tok
+
+
+def cache_kwarg(model: Any) -> str:
+    """The name under which ``model.forward`` takes a KV cache (transformers >= 5.2x renamed
+    ``past_key_values`` to ``cache``)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def output_cache(out: Any) -> Any:
+    """The KV cache a model call returned (``out.cache`` or, in older versions, ``past_key_values``)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 
 import torch
 import torch.nn.functional as F
 
+from skyrl_agent.models import cache_kwarg, output_cache
 from trainers.losses import entropy_from_logits, token_logprobs_from_logits
 
 __all__ = ["token_logprobs", "autocast_context", "shared_prefix_len"]
@@ -29,11 +29,6 @@ def shared_prefix_len(input_ids_BT: torch.Tensor, mask_BT: torch.Tensor) -> int:
     trained_T = mask_BT.bool().any(dim=0)  # T
     first_trained = int(trained_T.long().argmax()) if bool(trained_T.any()) else input_ids_BT.shape[1]
     return min(lcp, first_trained)
-
-
-def _cache_kwarg(model: torch.nn.Module) -> str:
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 def token_logprobs(
@@ -66,7 +61,7 @@ def token_logprobs(
             pre = model(
                 input_ids=input_ids_BT[:1, :P], attention_mask=attention_mask_BT[:1, :P], use_cache=True
             )
-            cache = getattr(pre, "cache", None) or pre.past_key_values
+            cache = output_cache(pre)
             cache.batch_repeat_interleave(B)
             positions_BS = torch.arange(P, T, device=input_ids_BT.device).expand(B, T - P)
             rest = model(
@@ -74,7 +69,7 @@ def token_logprobs(
                 attention_mask=attention_mask_BT,
                 position_ids=positions_BS,
                 use_cache=True,
-                **{_cache_kwarg(model): cache},
+                **{cache_kwarg(model): cache},
             ).logits  # B x (T-P) x V: predicts tokens P+1..T
             first_BV = pre.logits[:, -1:].expand(B, 1, pre.logits.shape[-1])  # predicts token P
             logits_BTV = torch.cat([first_BV, rest[:, :-1]], dim=1)  # B x (T-P) x V: tokens P..T-1

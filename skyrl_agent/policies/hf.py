@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import inspect
 import os
 import random
 import threading
@@ -27,17 +26,12 @@ from typing import Any
 
 import torch
 
-from skyrl_agent.models import BUNDLED_MODEL, load_model_and_tokenizer
+from skyrl_agent.models import BUNDLED_MODEL, cache_kwarg, load_model_and_tokenizer, output_cache
 from skyrl_agent.policies._sampling import sample_rows
 from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, SamplingParams
 from skyrl_gym.errors import ConfigError
 
 __all__ = ["HFPolicy"]
-
-
-def _cache_of(out: Any) -> Any:
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
 
 
 class HFPolicy:
@@ -88,9 +82,7 @@ class HFPolicy:
         )
         self.pad_token_id = int(pad)
         self.weights_version = 0
-        params = inspect.signature(model.forward).parameters
-        # transformers >= 5.2x renamed `past_key_values` to `cache`.
-        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._cache_kwarg = cache_kwarg(model)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # one batch or weight update at a time
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-policy")
@@ -218,7 +210,7 @@ class HFPolicy:
                 use_cache=True,
                 **{self._cache_kwarg: cache},
             )
-            cache = _cache_of(out)
+            cache = output_cache(out)
             logits_BV = out.logits[:, -1, :].float()
             next_pos_B = next_pos_B + 1
 
@@ -265,7 +257,7 @@ class HFPolicy:
                 use_cache=True,
                 logits_to_keep=1,
             )
-            cache = _cache_of(out)
+            cache = output_cache(out)
             cache.batch_repeat_interleave(B)
         suffixes = [p[shared:] for p in prompts]
         S = max(len(x) for x in suffixes)
@@ -286,7 +278,7 @@ class HFPolicy:
             logits_to_keep=1,
             **kwargs,
         )
-        return _cache_of(out), out.logits[:, -1, :].float(), attn_BT, pos_BS[:, -1] + 1
+        return output_cache(out), out.logits[:, -1, :].float(), attn_BT, pos_BS[:, -1] + 1
 
     def _find_stop(self, ids: list[int], stops: tuple[str, ...]) -> str | None:
         # Decode a tail long enough to hold the longest stop string: a token is at least one
