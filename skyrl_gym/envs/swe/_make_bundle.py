@@ -25,7 +25,7 @@ from pathlib import Path
 
 from skyrl_gym.envs.swe._repo import git
 from skyrl_gym.envs.swe.log_parsers import parse_pytest_log
-from skyrl_gym.envs.swe.patches import test_files_of
+from skyrl_gym.envs.swe.patches import files_under_test
 
 SRC = Path(__file__).parent / "pocketlib_src"
 DATA = Path(__file__).parent / "data"
@@ -110,7 +110,7 @@ def _run_tests(work: Path, files: list[str]) -> dict[str, str]:
 
 def _check(work: Path, base: str, task: dict, patch: str, test_patch: str) -> tuple[list[str], list[str]]:
     """FAIL_TO_PASS and PASS_TO_PASS of one task, by running its tests."""
-    files = test_files_of(test_patch)
+    files = files_under_test(test_patch)
     with tempfile.TemporaryDirectory() as tmp:
         git("worktree", "add", "-q", "--detach", tmp, base, cwd=work)
         try:
@@ -177,7 +177,7 @@ def build(out: Path) -> list[dict]:
         bundle = out / "pocketlib.bundle"
         if bundle.exists():
             bundle.unlink()
-        git("-c", "pack.threads=1", "bundle", "create", "-q", str(bundle), "main", cwd=work)
+        git("-c", "pack.threads=1", "bundle", "create", "-q", str(bundle), "HEAD", "main", cwd=work)
     with open(out / "tasks.jsonl", "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")

@@ -15,6 +15,7 @@ host's installed distributions into a read-only folder that comes first on ``PYT
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import fcntl
 import hashlib
@@ -54,7 +55,7 @@ def pytest_runtime() -> Path:
     key = hashlib.sha256(";".join(f"{d.metadata['Name']}={d.version}" for d in dists).encode()).hexdigest()[
         :12
     ]
-    out = cache_dir() / f"pytest-runtime-{key}"
+    out = cache_dir() / f"pytest-runtime-{key}-c"
     if out.exists():
         return out
     tmp = Path(tempfile.mkdtemp(dir=cache_dir(), prefix=".runtime-"))
@@ -67,6 +68,8 @@ def pytest_runtime() -> Path:
                 dst = tmp / file
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dst)
+    # byte-code now, so that no test run compiles pytest again (the runtime is read-only)
+    compileall.compile_dir(str(tmp), quiet=2, workers=1)
     for path in [tmp, *tmp.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     try:

@@ -20,11 +20,11 @@ import time
 from skyrl_gym.envs.swe._repo import RepoSource, resolve_repo
 from skyrl_gym.envs.swe._runtime import Workspace, open_workspace
 from skyrl_gym.envs.swe.log_parsers import get_log_parser
-from skyrl_gym.envs.swe.patches import filter_patch, patch_files, test_files_of
+from skyrl_gym.envs.swe.patches import files_under_test, filter_patch, patch_files
 from skyrl_gym.envs.swe.types import GradeReport, SWEEnvConfig, SWEInstance, TestResult
 from skyrl_gym.errors import ConfigError, SandboxError
 
-__all__ = ["grade_patch", "test_command", "apply_patch", "START_MARKER", "END_MARKER"]
+__all__ = ["grade_patch", "command_for_tests", "apply_patch", "START_MARKER", "END_MARKER"]
 
 START_MARKER = ">>>>> skyrl-swe tests start"
 END_MARKER = ">>>>> skyrl-swe tests end"
@@ -34,11 +34,11 @@ _APPLY = (
 )
 
 
-def test_command(instance: SWEInstance, python: str) -> str:
+def command_for_tests(instance: SWEInstance, python: str) -> str:
     """The shell command that runs ``instance``'s tests."""
     if instance.test_cmd:
         return instance.test_cmd
-    files = " ".join(shlex.quote(f) for f in test_files_of(instance.test_patch))
+    files = " ".join(shlex.quote(f) for f in files_under_test(instance.test_patch))
     return f"{python} -P -m pytest -rA --tb=short -p no:cacheprovider {files}"
 
 
@@ -115,7 +115,7 @@ def grade_patch(
             if not applied:
                 return report(resolved=False, patch_applied=False, error="patch_failed", log_tail=out)
         _restore_and_apply_tests(ws, instance, base_files)
-        cmd = f"echo '{START_MARKER}'; {test_command(instance, ws.python)}; echo '{END_MARKER}'"
+        cmd = f"echo '{START_MARKER}'; {command_for_tests(instance, ws.python)}; echo '{END_MARKER}'"
         result = ws.sandbox.exec(
             ["/bin/sh", "-c", cmd], env=ws.env, workdir=ws.root, timeout=config.test_timeout_s
         )

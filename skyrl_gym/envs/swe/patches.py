@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-__all__ = ["FileDiff", "split_patch", "patch_files", "protected_reason", "filter_patch", "test_files_of"]
+__all__ = ["FileDiff", "split_patch", "patch_files", "protected_reason", "filter_patch", "files_under_test"]
 
 _HEADER = re.compile(r"^diff --git (?:\"?a/(.+?)\"?) (?:\"?b/(.+?)\"?)$")
 
@@ -99,7 +99,7 @@ def patch_files(patch: str) -> list[str]:
     return list(dict.fromkeys(p for section in split_patch(patch) for p in section.paths))
 
 
-def test_files_of(test_patch: str) -> list[str]:
+def files_under_test(test_patch: str) -> list[str]:
     """The files of a ``test_patch`` that exist after it (what the test command runs)."""
     return [s.new_path for s in split_patch(test_patch) if s.new_path]
 
