@@ -40,7 +40,12 @@ TESTBED = "/testbed"
 #: Where the pytest runtime sits in env images.
 RUNTIME_DIR = "/opt/skyrl-pytest"
 _RUNTIME_DISTS = ("pytest", "pluggy", "iniconfig", "packaging", "pygments")
-_IMAGE_RECIPE = "1"
+_IMAGE_RECIPE = "2"
+# after ``install``: what it built becomes part of the one base commit, so it is never in the diff
+_SETTLE = (
+    "git add -A && git -c user.name=skyrl -c user.email=skyrl@localhost "
+    "commit -q --amend --no-edit --allow-empty"
+)
 _TAG_CHARS = re.compile(r"[^a-z0-9_.-]+")
 
 
@@ -185,6 +190,8 @@ def instance_image(instance: SWEInstance, source: RepoSource, client: object | N
         return tag
     lines = [f"FROM {env_tag}", f"COPY testbed {TESTBED}", f"WORKDIR {TESTBED}"]
     lines += [f"RUN {cmd}" for cmd in instance.install]
+    if instance.install:
+        lines.append(f"RUN {_SETTLE}")
     bio = io.BytesIO()
     with tarfile.open(fileobj=bio, mode="w") as tar, tarfile.open(snapshot) as snap:
         _add_bytes(tar, "Dockerfile", ("\n".join(lines) + "\n").encode())
@@ -266,13 +273,12 @@ def open_workspace(instance: SWEInstance, source: RepoSource, config: SWEEnvConf
     try:
         root = sandbox.workdir
         env = _env_vars(root, runtime)
-        sandbox.config = type(sandbox.config)(**{**sandbox.config.__dict__, "env": {"HOME": "/tmp", **env}})
         data = source.snapshot(instance.base_commit).read_bytes()
         result = sandbox.exec(["tar", "-x", "-m", "-f", "-"], stdin=data, timeout=120)
         if not result.ok:
             raise SandboxError(f"unpacking {instance.instance_id} failed: {result.stderr[-2000:]}")
-        for cmd in instance.install:
-            result = sandbox.exec(cmd, timeout=config.test_timeout_s)
+        for cmd in (*instance.install, _SETTLE) if instance.install else ():
+            result = sandbox.exec(cmd, timeout=config.test_timeout_s, env=env)
             if not result.ok:
                 raise SandboxError(
                     f"install command {cmd!r} failed: {(result.stdout + result.stderr)[-2000:]}"

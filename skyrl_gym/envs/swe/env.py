@@ -119,7 +119,7 @@ class SWEEnv(BaseTextEnv):
         }
         return EnvExample(
             env_config={"sandbox": "local", "max_turns": 3},
-            extras=inst.to_row() | {"repo_path": inst.repo_path},
+            extras=inst.to_row(),
             prompt=tuple(make_prompt(inst)),
             good_actions=(
                 f"<tool_call>{json.dumps(edit)}</tool_call>",

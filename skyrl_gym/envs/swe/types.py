@@ -212,7 +212,8 @@ class SWEEnvConfig:
     sandbox: SandboxKind = "docker"
     """``docker`` (a task-profile container from the instance's env image, as SWE-bench) or
     ``local`` (local processes under bubblewrap with the host's ``python3``; for machines
-    without Docker and for quick tests)."""
+    without Docker and for quick tests; an instance's ``environment_setup``, which belongs to
+    the image, is not run there, its ``install`` is)."""
     max_turns: int = 30
     """Most model turns; at the limit the working tree's diff is graded (auto-submit)."""
     command_timeout_s: float = 60.0

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 import skyrl_gym
+from skyrl_gym.envs.swe import SWEEnvConfig, grade_patch
 from skyrl_gym.envs.swe.env import SWEEnv, make_prompt
 from skyrl_gym.errors import ConfigError, SandboxError
+
+#: An ``install`` step that writes a module into the package (as a build would).
+INSTALL = "python3 -c \"open('pocketlib/_build.py', 'w').write('BUILD = 1')\""
+PROBE = "python3 -c 'from pocketlib._build import BUILD; print(BUILD)'; git status --short | wc -l"
 
 
 def call(name: str, **arguments) -> str:
@@ -158,3 +164,12 @@ def test_check_env_passes():
         lambda: skyrl_gym.make("swe", env_config=dict(example.env_config), extras=dict(example.extras))
     )
     assert "good actions earn reward" in report.checks and "seeded determinism" in report.checks
+
+
+def test_install_output_is_part_of_the_base_not_the_diff(instances):
+    inst = dataclasses.replace(instances[6], install=(INSTALL,))
+    with skyrl_gym.make("swe", env_config={"sandbox": "local"}, extras=inst.to_row()) as env:
+        out = content(env.step(call("bash", command=PROBE)))
+        assert out.startswith("<tool_response>1\n0\n"), out  # built, and the tree is clean
+        assert env.current_patch() == ""
+    assert grade_patch(inst, inst.patch, config=SWEEnvConfig(sandbox="local")).resolved

@@ -3,6 +3,7 @@ FROM the python base image, a fresh container per grading, no network."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -96,3 +97,17 @@ def test_reward_hacks_in_docker(instances, make_patch):
     assert not report.resolved and set(report.discarded_files) == {"tests/conftest.py", "pytest.ini"}
     fixed = make_patch(inst, {"tests/conftest.py": FLIP_HOOK}, apply_gold=True)
     assert grade_patch(inst, fixed, config=config).resolved
+
+
+def test_environment_setup_and_install_in_the_image_tiers(instances):
+    from tests.envs.swe.test_env import INSTALL, PROBE
+
+    inst = dataclasses.replace(
+        instances[6], environment_setup=("echo ready > /opt/env-marker",), install=(INSTALL,)
+    )
+    with skyrl_gym.make("swe", env_config={"sandbox": "docker"}, extras=inst.to_row()) as env:
+        call = {"name": "bash", "arguments": {"command": f"cat /opt/env-marker; {PROBE}"}}
+        out = env.step(f"<tool_call>{json.dumps(call)}</tool_call>").observations[0]["content"]
+        assert out.startswith("<tool_response>ready\n1\n0\n"), out
+        assert env.current_patch() == ""
+    assert grade_patch(inst, inst.patch, config=SWEEnvConfig(sandbox="docker")).resolved
