@@ -35,8 +35,9 @@ from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
 
 __all__ = ["SWEEnv", "make_config", "make_prompt", "instance_of", "DIFF_CMD"]
 
-#: The final patch: every change of the working tree against the base commit (new files too).
-DIFF_CMD = "git add -A >/dev/null 2>&1; git diff --cached --binary --no-color --no-ext-diff HEAD"
+#: The final patch: every change of the working tree against the base commit ``$1`` (new files
+#: too, and also when the agent made commits of its own).
+DIFF_CMD = 'git add -A >/dev/null 2>&1; git diff --cached --binary --no-color --no-ext-diff "$1"'
 
 SYSTEM_PROMPT = """\
 You are a software engineer. You fix an issue in a Python repository by editing its source files.
@@ -99,6 +100,7 @@ class SWEEnv(BaseTextEnv):
         self.source.commit(self.instance.base_commit)  # fail now on a commit that is not there
         self.init_tool_groups([SWETools(self)])
         self._workspace: Workspace | None = None
+        self._base_rev = "HEAD"
         self._closed = False
         self.submitted = False
         self.infra_error: SandboxError | None = None
@@ -134,7 +136,13 @@ class SWEEnv(BaseTextEnv):
         if self._closed:
             raise ConfigError("this swe env is closed; make a new one for a new episode")
         if self._workspace is None:
-            self._workspace = open_workspace(self.instance, self.source, self.config)
+            ws = open_workspace(self.instance, self.source, self.config)
+            head = ws.sandbox.exec(["git", "rev-parse", "HEAD"], workdir=ws.root, timeout=60)
+            if not head.ok:
+                ws.close()
+                raise SandboxError(f"no git repository in the workspace of {self.instance.instance_id}")
+            self._base_rev = head.stdout.strip()
+            self._workspace = ws
         return self._workspace
 
     def close(self) -> None:
@@ -151,17 +159,25 @@ class SWEEnv(BaseTextEnv):
         return messages, {"instance_id": self.instance.instance_id}
 
     def current_patch(self) -> str:
-        """The ``git diff`` of the working tree against the base commit."""
+        """The ``git diff`` of the working tree against the base commit.
+
+        Raises ``ValueError`` when git cannot diff (the agent broke its ``.git``)."""
         if self._workspace is None:
             return ""  # the agent never touched the repository
         ws = self._workspace
-        result = ws.sandbox.exec(["/bin/sh", "-c", DIFF_CMD], workdir=ws.root, timeout=120)
+        result = ws.sandbox.exec(
+            ["/bin/sh", "-c", DIFF_CMD, "diff", self._base_rev], workdir=ws.root, timeout=120
+        )
         if result.exit_code != 0:
-            raise SandboxError(f"git diff failed in {ws.sandbox!r}: {result.stderr[-1000:]}")
+            raise ValueError(f"git diff failed: {result.stderr.strip()[-500:]}")
         return result.stdout
 
     def _finish(self, meta: dict[str, Any], *, truncated: bool) -> BaseTextEnvStepOutput:
-        self.patch = self.current_patch()
+        diff_error = None
+        try:
+            self.patch = self.current_patch()
+        except ValueError as exc:  # the model's doing: graded as no change at all
+            self.patch, diff_error = "", str(exc)
         self.close()  # the agent's sandbox is done; grading uses a fresh one
         if truncated and not self.config.grade_on_truncation:
             meta.update(resolved=False, graded=False)
@@ -170,6 +186,8 @@ class SWEEnv(BaseTextEnv):
             )
         self.report = grade_patch(self.instance, self.patch, config=self.config, source=self.source)
         meta.update(self.report.to_dict(), graded=True, patch=self.patch)
+        if diff_error is not None:
+            meta.update(error="diff_failed", message=diff_error)
         return BaseTextEnvStepOutput(
             observations=[], reward=self.report.reward, done=True, metadata=meta, truncated=truncated
         )

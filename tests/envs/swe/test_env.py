@@ -173,3 +173,21 @@ def test_install_output_is_part_of_the_base_not_the_diff(instances):
         assert out.startswith("<tool_response>1\n0\n"), out  # built, and the tree is clean
         assert env.current_patch() == ""
     assert grade_patch(inst, inst.patch, config=SWEEnvConfig(sandbox="local")).resolved
+
+
+def test_the_diff_is_against_the_base_even_after_the_agent_commits(instances):
+    inst = instances[7]  # slugify
+    fix = call(
+        "bash",
+        command='sed -i \'s/return re.sub(r"\\[^a-z0-9\\]", sep, ascii_text.lower())/'
+        'return re.sub(r"[^a-z0-9]+", sep, ascii_text.lower()).strip(sep)/\' pocketlib/text.py && '
+        "git -c user.name=a -c user.email=a@b commit -qam fix && git log --oneline | wc -l",
+    )
+    with make(inst) as env:
+        assert content(env.step(fix)).startswith("<tool_response>2\n")
+        out = env.step(call("submit"))
+        assert out.reward == 1.0 and "+++ b/pocketlib/text.py" in out.metadata["patch"]
+    with make(inst) as env:  # a broken .git is the model's doing: graded as no change
+        env.step(call("bash", command="rm -rf .git"))
+        out = env.step(call("submit"))
+        assert out.done and out.reward == 0.0 and out.metadata["error"] == "diff_failed"
