@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skyrl_gym.config import config_get
@@ -33,7 +34,7 @@ from skyrl_gym.envs.swe.types import GradeReport, SWEEnvConfig, SWEInstance
 from skyrl_gym.errors import ConfigError, SandboxError
 from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
 
-__all__ = ["SWEEnv", "make_config", "make_prompt", "instance_of", "DIFF_CMD"]
+__all__ = ["SWEEnv", "make_config", "make_prompt", "instance_of", "rollout_rows", "DIFF_CMD"]
 
 #: The final patch: every change of the working tree against the base commit ``$1`` (new files
 #: too, and also when the agent made commits of its own).
@@ -83,6 +84,23 @@ def make_prompt(instance: SWEInstance) -> ConversationType:
         "Find the cause, fix it in the source code, check your fix, then call submit."
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def rollout_rows(
+    instances: Sequence[SWEInstance], env_config: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Dataset rows for the rollout engine (``skyrl rollout --prompts FILE``, ``load_prompts``):
+    ``id``, ``env_id="swe"``, ``prompt``, ``env_config`` and the instance as ``extras``."""
+    return [
+        {
+            "id": inst.instance_id,
+            "env_id": "swe",
+            "prompt": make_prompt(inst),
+            "env_config": dict(env_config or {}),
+            "extras": inst.to_row(),
+        }
+        for inst in instances
+    ]
 
 
 class SWEEnv(BaseTextEnv):

@@ -76,3 +76,20 @@ def test_grade_errors_are_clear(tmp_path, capsys):
     preds.write_text('{"model_patch": ""}\n')
     assert main(["grade", str(BUNDLED_TASKS), str(preds)]) == 1
     assert "needs instance_id" in capsys.readouterr().err
+
+
+def test_check_a_published_style_file_with_repos_dir(tmp_path, capsys):
+    import shutil
+
+    rows = [json.loads(line) for line in BUNDLED_TASKS.read_text().splitlines()][4:5]
+    for row in rows:
+        del row["repo_path"]  # as SWE-bench publishes them: only owner/name
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    repos = tmp_path / "repos"
+    repos.mkdir()
+    assert main(["check", str(tasks), "--sandbox", "local"]) == 1
+    assert "--repos DIR" in capsys.readouterr().out
+    shutil.copy(BUNDLED_TASKS.parent / "pocketlib.bundle", repos / "pocketlib__pocketlib.bundle")
+    assert main(["check", str(tasks), "--repos", str(repos), "--sandbox", "local"]) == 0
+    assert "1/1 instances behave" in capsys.readouterr().out

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from skyrl_gym.envs.swe.env import make_prompt
+from skyrl_gym.envs.swe.env import make_prompt, rollout_rows
 
 pytest.importorskip("transformers")
 
-from skyrl_agent.engine import PromptItem, RolloutEngine  # noqa: E402
+from skyrl_agent.engine import PromptItem, RolloutEngine, load_prompts  # noqa: E402
 from skyrl_agent.policies.fake import ScriptedPolicy  # noqa: E402
 from skyrl_agent.types import RolloutConfig, StopReason  # noqa: E402
 
@@ -51,7 +51,7 @@ def item(instance, **config) -> PromptItem:
     )
 
 
-def test_scripted_rollout_produces_graded_trajectories(tokenizer, instances):
+def test_scripted_rollout_produces_graded_trajectories(tokenizer, instances, tmp_path):
     def script(prompt_ids, index):  # turn k of each episode, read from its context
         context = tokenizer.decode(list(prompt_ids))
         turn = context.count("<|im_start|>assistant") - 1
@@ -61,7 +61,11 @@ def test_scripted_rollout_produces_graded_trajectories(tokenizer, instances):
 
     policy = ScriptedPolicy(tokenizer, script)
     config = RolloutConfig(n_samples=2, max_turns=6, max_tokens_per_turn=256, concurrency=4, env_threads=4)
-    result = RolloutEngine(policy, config, progress=False).run_sync([item(instances[6]), item(instances[3])])
+    rows = rollout_rows([instances[6], instances[3]], {"sandbox": "local", "max_turns": 6})
+    (tmp_path / "swe.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items = load_prompts(tmp_path / "swe.jsonl")  # what `skyrl rollout --prompts` reads
+    assert items[0] == item(instances[6])
+    result = RolloutEngine(policy, config, progress=False).run_sync(items)
     trajs = result.trajectories
     assert [t.reward for t in trajs] == [1.0, 1.0, 0.0, 0.0]
     for t in trajs:
