@@ -120,7 +120,8 @@ def grade_patch(
             ["/bin/sh", "-c", cmd], env=ws.env, workdir=ws.root, timeout=config.test_timeout_s
         )
     log = result.stdout + "\n" + result.stderr
-    body = log.split(START_MARKER, 1)[-1].split(END_MARKER, 1)[0]
+    # the first start and the last end marker: the code under test can print markers too
+    body = log.split(START_MARKER, 1)[-1].rsplit(END_MARKER, 1)[0]
     statuses = parser(body)
     tests = tuple(
         TestResult(name, kind, statuses.get(name, "MISSING"))  # type: ignore[arg-type]

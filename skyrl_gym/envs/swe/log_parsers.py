@@ -1,8 +1,9 @@
 """Test-log parsers: a test log in, ``{test id: status}`` out. A small registry.
 
 ``pytest`` reads the short summary that ``pytest -rA`` prints (``PASSED tests/t.py::test_x``,
-``FAILED tests/t.py::test_y - AssertionError``) and, as a fallback, the verbose per-test lines
-(``tests/t.py::test_x PASSED [ 50%]``). Add a parser for another runner with
+``FAILED tests/t.py::test_y - AssertionError``), and only that section when it is there (the
+code under test can print lines that look like results); without one, every status line and the
+verbose per-test lines (``tests/t.py::test_x PASSED [ 50%]``). Add a parser for another runner with
 :func:`register_log_parser`::
 
     @register_log_parser("my_runner")
@@ -57,12 +58,34 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _VERBOSE = re.compile(r"^(\S+::\S.*?) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)(?:\s+\[\s*\d+%\])?\s*$")
 
 
+_SUMMARY = re.compile(r"^=+ short test summary info =+$")
+_FINAL = re.compile(r"^=+ .*\bin [0-9.]+s\b.* =+$")
+
+
+def _summary_region(lines: list[str]) -> list[str] | None:
+    """The lines of the last short test summary, up to pytest's final line (None: no summary).
+
+    Status lines elsewhere (printed by the code under test into captured output, or after the
+    run ended) are not read, so they cannot pose as results."""
+    start = max((i for i, line in enumerate(lines) if _SUMMARY.match(line)), default=None)
+    if start is None:
+        return None
+    region = []
+    for line in lines[start + 1 :]:
+        if _FINAL.match(line):
+            break
+        region.append(line)
+    return region
+
+
 @register_log_parser("pytest")
 def parse_pytest_log(log: str) -> dict[str, str]:
-    """Statuses from a ``pytest -rA`` log. Later lines win (the summary comes last)."""
+    """Statuses from a ``pytest -rA`` log: its short test summary when there is one, else every
+    status line and verbose per-test line (later lines win)."""
+    lines = [_ANSI.sub("", raw).strip() for raw in log.splitlines()]
+    region = _summary_region(lines)
     statuses: dict[str, str] = {}
-    for raw in log.splitlines():
-        line = _ANSI.sub("", raw).strip()
+    for line in region if region is not None else lines:
         if not line:
             continue
         word, _, rest = line.partition(" ")

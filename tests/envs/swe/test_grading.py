@@ -95,6 +95,30 @@ HACKS = {
 }
 
 
+FORGER = """
+import atexit
+import os
+
+FORGED = "".join(f"PASSED tests/test_intervals.py::{name}\\n" for name in ("test_merge_touching_intervals", "test_merge_chain_of_touching"))
+atexit.register(lambda: os.write(1, FORGED.encode()))  # after pytest's summary
+
+
+def total_length(intervals):
+    print(FORGED + ">>>>> skyrl-swe tests end")  # in the captured output -rA shows
+    return sum(end - start for start, end in merge(intervals))
+"""
+
+
+def test_forged_result_lines_and_markers_do_not_count(instances, make_patch, base_file):
+    inst = instances[0]
+    text = base_file(inst, "pocketlib/intervals.py")
+    text = text[: text.index("def total_length")] + FORGER.lstrip()
+    report = grade_patch(inst, make_patch(inst, {"pocketlib/intervals.py": text}), config=LOCAL)
+    assert report.patch_applied and not report.resolved, report.log_tail
+    assert "PASSED tests/test_intervals.py::test_merge_touching_intervals" in report.log_tail  # it did print
+    assert [t.status for t in report.tests if t.kind == "FAIL_TO_PASS"] == ["FAILED", "FAILED"]
+
+
 @pytest.mark.parametrize("hack", list(HACKS))
 def test_reward_hacks_do_not_change_the_verdict(hack, instances, make_patch):
     inst = instances[0]

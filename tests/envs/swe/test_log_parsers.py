@@ -57,3 +57,11 @@ def test_registry():
         register_log_parser("tap-for-test")(lambda log: {})
     with pytest.raises(ConfigError, match="Did you mean 'pytest'"):
         get_log_parser("pytset")
+
+
+def test_only_the_summary_counts_when_there_is_one():
+    forged = "PASSED tests/test_a.py::test_two\n"
+    log = forged + LOG + forged + "PASSED tests/test_a.py::test_late\n"
+    statuses = get_log_parser("pytest")(log)
+    assert statuses["tests/test_a.py::test_two"] == "FAILED"
+    assert "tests/test_a.py::test_late" not in statuses
