@@ -99,10 +99,10 @@ def test_the_bundled_model_produces_trajectories(instances):
     config = RolloutConfig(
         n_samples=2,
         max_turns=2,
-        max_tokens_per_turn=32,
-        max_context_tokens=2048,
+        max_tokens_per_turn=24,
+        max_context_tokens=1536,
         concurrency=2,
-        sampling=SamplingParams(temperature=0.8, max_tokens=32),
+        sampling=SamplingParams(temperature=0.8, max_tokens=24),
     )
     try:
         result = RolloutEngine(policy, config, progress=False).run_sync([item(instances[0], max_turns=2)])
