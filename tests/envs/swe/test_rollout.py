@@ -105,7 +105,9 @@ def test_the_bundled_model_produces_trajectories(instances):
         sampling=SamplingParams(temperature=0.8, max_tokens=24),
     )
     try:
-        result = RolloutEngine(policy, config, progress=False).run_sync([item(instances[0], max_turns=2)])
+        result = RolloutEngine(policy, config, progress=False).run_sync(
+            [item(instances[0], max_turns=2, max_observation_chars=1000)]
+        )
     finally:
         policy.close()
     assert len(result.trajectories) == 2 and result.stats.masked == 0
@@ -113,4 +115,4 @@ def test_the_bundled_model_produces_trajectories(instances):
         t.validate()
         assert t.response_ids and t.rollout_logprobs and len(t.rollout_logprobs) == len(t.response_ids)
         assert t.reward in (0.0, 1.0) and 1 <= t.num_turns <= 2
-        assert t.stop_reason in (StopReason.ENV_DONE, StopReason.MAX_TURNS)
+        assert t.stop_reason in (StopReason.ENV_DONE, StopReason.MAX_TURNS, StopReason.CONTEXT_LIMIT)
