@@ -339,7 +339,7 @@ class ServerState:
 
         def into(tm: TrainingModel) -> Outcome:
             ckpt = _checkpoints.load(root, path, with_optimizer)
-            if ckpt.lora != tm.lora:
+            if (ckpt.lora is None) != (tm.lora is None) or (ckpt.lora and not ckpt.lora.same_layout(tm.lora)):
                 raise TinkerRequestError(
                     f"{path} was saved with LoRA config {ckpt.lora} but this model has {tm.lora}"
                 )

@@ -161,6 +161,10 @@ class LoraSpec:
         if not (self.train_attn or self.train_mlp or self.train_unembed):
             raise TinkerRequestError("lora_config must train at least one of attn, mlp or unembed")
 
+    def same_layout(self, other: LoraSpec | None) -> bool:
+        """Whether ``other`` has the same adapters (all but the seed equal): weights fit both."""
+        return other is not None and self.to_dict() | {"seed": None} == other.to_dict() | {"seed": None}
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (stored in checkpoints)."""
         return {
