@@ -27,7 +27,7 @@ def server(tmp_path_factory):
 def service(server):
     client = tinker.ServiceClient(base_url=server.url, api_key="tml-local-test")
     yield client
-    client.close("success")
+    client.close("success").result()
 
 
 def _ce_datum(tokens: list[int]) -> types.Datum:
@@ -140,7 +140,7 @@ def test_chunked_requests_run_in_seq_id_order(tmp_path):
         assert len(out.loss_fn_outputs) == 4
         fwd = [r for r in srv.state.requests if r[1] == "/api/v1/forward_backward"]
         assert len(fwd) == 8 and all(status == 200 for _, _, status in fwd)
-        client.close("success")
+        client.close("success").result()
 
 
 def test_save_and_load_state_round_trip(service):
