@@ -120,7 +120,10 @@ def build_app(state: ServerState) -> Any:
     @app.post("/api/v1/create_model")
     async def create_model(request: fastapi.Request) -> Any:
         body = await body_of(request)
-        rid = state.submit_create_model(body)
+        try:
+            rid = state.submit_create_model(body)
+        except TinkerRequestError as exc:  # reported through the future: RequestFailedError
+            rid = state.futures.failed("create_model", exc)
         return future(rid, model_id=f"{body.get('session_id')}:train:{body.get('model_seq_id')}")
 
     @app.post("/api/v1/get_info")

@@ -19,6 +19,7 @@ import concurrent.futures
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,8 @@ from integrations.tinker.types import ErrorCategory, TinkerRequestError
 __all__ = ["Futures", "Scheduler", "Outcome"]
 
 log = logging.getLogger(__name__)
+
+_RECENT = 256  # seq_ids remembered per model for re-sent requests
 
 #: A job's result: a JSON-ready dict or protobuf bytes.
 Outcome = dict[str, Any] | bytes
@@ -113,6 +116,8 @@ class _Queue:
     next_seq: int = 1
     waiting: dict[int, tuple[str, Callable[[], Outcome]]] = field(default_factory=dict)
     blocked_since: float | None = None
+    recent: OrderedDict[int, str] = field(default_factory=OrderedDict)
+    """The request ids of the latest ``seq_id`` s, so a re-sent request gets its first answer."""
 
 
 class Scheduler:
@@ -134,6 +139,14 @@ class Scheduler:
         queue = self._queues.pop(model_id, None)
         for rid, _ in queue.waiting.values() if queue else ():
             self.futures.finish(rid, error=TinkerRequestError(f"model {model_id} was closed"))
+
+    def request_for(self, model_id: str, seq_id: int | None) -> str | None:
+        """The request id already given to ``model_id``'s ``seq_id`` (a client retrying a submit
+        whose answer it lost), or None."""
+        queue = self._queues.get(model_id)
+        if queue is None or seq_id is None:
+            return None
+        return queue.recent.get(seq_id)
 
     def has_model(self, model_id: str) -> bool:
         """Whether ``model_id``'s requests are being ordered."""
@@ -184,6 +197,9 @@ class Scheduler:
             )
             return
         queue.waiting[seq_id] = (rid, job)
+        queue.recent[seq_id] = rid
+        while len(queue.recent) > _RECENT:
+            queue.recent.popitem(last=False)
         self._pump(queue)
 
     def _pump(self, queue: _Queue) -> None:

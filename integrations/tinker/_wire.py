@@ -101,9 +101,7 @@ def _tensor(msg: Any, name: str) -> np.ndarray:
 def _chunks_to_tokens(chunks: Sequence[Any]) -> np.ndarray:
     parts = []
     for chunk in chunks:
-        which = chunk.WhichOneof("chunk") if hasattr(chunk, "WhichOneof") else None
-        if which is None:
-            which = next((f.name for f, _ in chunk.ListFields()), None)
+        which = chunk.WhichOneof("chunk")
         if which != "encoded_text":
             raise TinkerRequestError(
                 f"model_input chunk of type {which!r} is not supported: this server trains text models "

@@ -140,7 +140,9 @@ class ServerState:
         self, session_id: str, model_seq_id: int, base_model: str | None, lora: LoraSpec | None
     ) -> ModelRecord:
         session = self.session(session_id)
-        model_id = f"{session_id}:train:{int(model_seq_id)}"  # the id the client derives itself
+        if not isinstance(model_seq_id, int) or model_seq_id < 0:
+            raise TinkerRequestError(f"model_seq_id must be an integer >= 0, got {model_seq_id!r}")
+        model_id = f"{session_id}:train:{model_seq_id}"  # the id the client derives itself
         if model_id in self.models:
             raise TinkerRequestError(f"model {model_id} already exists (model_seq_id {model_seq_id} reused)")
         record = ModelRecord(model_id, session_id, base_model or "", lora)
@@ -151,7 +153,6 @@ class ServerState:
 
     def submit_create_model(self, body: dict[str, Any]) -> str:
         """``create_model``: a new training model (LoRA when ``lora_config`` is given, else full)."""
-        rid = self.futures.new("create_model")
         lora_cfg = body.get("lora_config")
         lora = None
         if lora_cfg is not None:
@@ -167,7 +168,8 @@ class ServerState:
         base_model = body.get("base_model")
         if not base_model:
             raise TinkerRequestError("create_model needs base_model")
-        record = self._new_model(body["session_id"], body["model_seq_id"], base_model, lora)
+        record = self._new_model(str(body.get("session_id", "")), body.get("model_seq_id"), base_model, lora)
+        rid = self.futures.new("create_model")
 
         def job() -> Outcome:
             base = self.base_models.get(record.base_model)
@@ -214,6 +216,9 @@ class ServerState:
 
     def _ordered(self, kind: str, model_id: str, seq_id: int | None, work: Any) -> str:
         """Submit ``work(training_model)`` in ``model_id``'s ``seq_id`` order."""
+        again = self.scheduler.request_for(model_id, seq_id)
+        if again is not None:
+            return again
         rid = self.futures.new(kind)
         try:
             record = self.model(model_id)

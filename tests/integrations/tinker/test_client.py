@@ -238,6 +238,17 @@ def test_full_fine_tune_through_the_official_client(service, server):
             "/api/v1/save_weights", json={"model_id": model_id, "path": "full-0", "seq_id": 1}
         ).json()
         path = http.post("/api/v1/retrieve_future", json={"request_id": saved["request_id"]}).json()["path"]
+        # a submit sent again (the client retries when it lost the answer) gets the same future
+        again = http.post(
+            "/api/v1/save_weights", json={"model_id": model_id, "path": "full-0", "seq_id": 1}
+        ).json()
+        assert again["request_id"] == saved["request_id"]
+        bad = http.post(
+            "/api/v1/create_model", json={"session_id": sid, "model_seq_id": 1, "base_model": ""}
+        ).json()
+        failed = http.post("/api/v1/retrieve_future", json={"request_id": bad["request_id"]})
+        assert failed.status_code == 200
+        assert failed.json() == {"error": "create_model needs base_model", "category": "user"}
 
     training = service.create_training_client_from_state(path).result()
     assert training.get_info().is_lora is False
@@ -248,3 +259,24 @@ def test_full_fine_tune_through_the_official_client(service, server):
         training.optim_step(types.AdamParams(learning_rate=1e-3)).result()
         losses.append(fwd_bwd.result().metrics["loss:sum"])
     assert losses[-1] < losses[0] and all(math.isfinite(x) for x in losses)
+
+
+@pytest.mark.gpu
+def test_training_and_sampling_on_a_gpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    config = TinkerServerConfig(checkpoint_dir=str(tmp_path), device="cuda", dtype="bfloat16")
+    with TinkerServer(config) as srv:
+        client = tinker.ServiceClient(base_url=srv.url, api_key="tml-gpu-test")
+        training = client.create_lora_training_client(TINY_RANDOM_MODEL, rank=8, seed=0).result()
+        seq = [504] + [1234] * 4
+        losses = []
+        for _ in range(6):
+            fwd_bwd = training.forward_backward([_ce_datum(seq)], "cross_entropy")
+            training.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+            losses.append(fwd_bwd.result().metrics["loss:sum"])
+        assert losses[-1] < 0.5 * losses[0], losses
+        sampler = training.save_weights_and_get_sampling_client().result()
+        assert _greedy(sampler, [504], 4) == [1234] * 4
+        client.close("success").result()
