@@ -280,3 +280,22 @@ def test_training_and_sampling_on_a_gpu(tmp_path):
         sampler = training.save_weights_and_get_sampling_client().result()
         assert _greedy(sampler, [504], 4) == [1234] * 4
         client.close("success").result()
+
+
+def test_client_side_custom_loss(service):
+    """``forward_backward_custom`` runs the loss in the client on our forward logprobs and sends
+    its gradient back as ``cross_entropy`` weights."""
+    pytest.importorskip("torch")  # the client needs torch for custom losses
+    training = service.create_lora_training_client(TINY_RANDOM_MODEL, rank=4, seed=5).result()
+    datum = _ce_datum([70, 71, 72, 73])
+
+    def squared_nll(data, logprobs_list):
+        loss = sum((lp**2).sum() for lp in logprobs_list)
+        return loss, {"squared:sum": float(loss.detach())}
+
+    lp = training.forward([datum], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
+    out = training.forward_backward_custom([datum], squared_nll).result()
+    assert out.metrics["squared:sum"] == pytest.approx(float((lp**2).sum()), rel=1e-4)
+    training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    after = training.forward([datum], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
+    assert float((after**2).sum()) < float((lp**2).sum())  # the custom loss went down
