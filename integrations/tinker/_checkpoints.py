@@ -36,6 +36,8 @@ class StoredCheckpoint:
     steps: int
     weights: dict[str, torch.Tensor]
     optimizer: dict[str, Any] | None
+    version: int
+    """When it was written (``meta.json``'s mtime in ns): tells an overwritten name apart."""
 
 
 def local_dir(root: str | os.PathLike[str], path: TinkerPath) -> Path:
@@ -99,4 +101,7 @@ def load(root: str | os.PathLike[str], path: TinkerPath, with_optimizer: bool) -
         optimizer = torch.load(opt_file, map_location="cpu", weights_only=True)
     lora = LoraSpec(**meta["lora"]) if meta.get("lora") else None
     weights = torch.load(where / "weights.pt", map_location="cpu", weights_only=True)
-    return StoredCheckpoint(path, meta["base_model"], lora, int(meta.get("steps", 0)), weights, optimizer)
+    version = meta_file.stat().st_mtime_ns
+    return StoredCheckpoint(
+        path, meta["base_model"], lora, int(meta.get("steps", 0)), weights, optimizer, version
+    )

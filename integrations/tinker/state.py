@@ -276,36 +276,27 @@ class ServerState:
 
             def named(tm: TrainingModel) -> Outcome:
                 path = _checkpoints.save(root, tm, CheckpointKind.SAMPLER, check_name(name), overwrite)
-                self.samplers.drop(lambda key: key == f"path:{path}")
                 return {"path": str(path), "type": "save_weights_for_sampler"}
 
             return self._ordered("save_weights_for_sampler", model_id, body.get("seq_id"), named)
         sampling_id = f"{model_id}:sample:{uuid.uuid4().hex[:12]}"
 
         def unnamed(tm: TrainingModel) -> Outcome:
-            snap = Snapshot(
-                f"mem:{tm.model_id}/{tm.steps}/{uuid.uuid4().hex[:8]}",
-                tm.base.name,
-                tm.lora,
-                tm.trainable_state(),
-            )
-            tm.snapshots[snap.key] = snap
+            key = f"mem:{tm.model_id}/{tm.steps}/{uuid.uuid4().hex[:8]}"
+            snap = Snapshot(key, tm.base.name, tm.lora, tm.trainable_state())
+            tm.snapshots[key] = snap
             while len(tm.snapshots) > self.config.max_snapshots_per_model:
                 old_key, _ = tm.snapshots.popitem(last=False)
-                self.samplers.drop(lambda key, k=old_key: key == k)
-            return {"sampling_session_id": sampling_id, "type": "save_weights_for_sampler", "_snapshot": snap}
-
-        def register(tm: TrainingModel) -> Outcome:
-            result = unnamed(tm)
-            snap = result.pop("_snapshot")
+                self.samplers.drop(lambda k, old=old_key: k == old)
             record = self.models.get(model_id)
             session_id = record.session_id if record else ""
+            # single dict assignments from the worker; the client samples only after this returns
             self.sampling_sessions[sampling_id] = SamplingSession(sampling_id, session_id, snap)
-            if record and record.session_id in self.sessions:
-                self.sessions[record.session_id].sampler_ids.append(sampling_id)
-            return result
+            if session_id in self.sessions:
+                self.sessions[session_id].sampler_ids.append(sampling_id)
+            return {"sampling_session_id": sampling_id, "type": "save_weights_for_sampler"}
 
-        return self._ordered("save_weights_for_sampler", model_id, body.get("seq_id"), register)
+        return self._ordered("save_weights_for_sampler", model_id, body.get("seq_id"), unnamed)
 
     def submit_load_weights(self, body: dict[str, Any]) -> str:
         """``load_weights``: create a model from a checkpoint (``session_id`` + ``model_seq_id``),
@@ -321,7 +312,7 @@ class ServerState:
             try:
                 _check_optimizer(body.get("optimizer_config"))
                 record = self._new_model(
-                    body["session_id"], body.get("model_seq_id", 0), body.get("base_model"), None
+                    str(body["session_id"]), body.get("model_seq_id"), body.get("base_model"), None
                 )
             except TinkerRequestError as exc:
                 self.futures.finish(rid, error=exc)
@@ -362,9 +353,7 @@ class ServerState:
         session = self.session(body.get("session_id", ""))
         model_path = body.get("model_path")
         if model_path:
-            path = TinkerPath.parse(model_path)
-            meta = _checkpoints.load(self.config.checkpoint_dir, path, with_optimizer=False)
-            snap = Snapshot(f"path:{path}", meta.base_model, meta.lora, meta.weights, str(path))
+            snap = self._path_snapshot(model_path)
         elif body.get("base_model"):
             snap = Snapshot(f"base:{body['base_model']}", body["base_model"], None, None)
         else:
@@ -373,6 +362,13 @@ class ServerState:
         self.sampling_sessions[sid] = SamplingSession(sid, session.session_id, snap)
         session.sampler_ids.append(sid)
         return sid
+
+    def _path_snapshot(self, model_path: str) -> Snapshot:
+        """The weights saved at a ``tinker://`` path (either kind), read from disk."""
+        path = TinkerPath.parse(model_path)
+        ckpt = _checkpoints.load(self.config.checkpoint_dir, path, with_optimizer=False)
+        key = f"path:{path}@{ckpt.version}"  # a name saved again is another snapshot
+        return Snapshot(key, ckpt.base_model, ckpt.lora, ckpt.weights, str(path))
 
     def sampling_session(self, sid: str) -> SamplingSession:
         """The sampling session ``sid``."""
@@ -389,9 +385,7 @@ class ServerState:
         if body.get("sampling_session_id"):
             snap = self.sampling_session(body["sampling_session_id"]).snapshot
         elif body.get("model_path"):
-            path = TinkerPath.parse(body["model_path"])
-            meta = _checkpoints.load(self.config.checkpoint_dir, path, with_optimizer=False)
-            snap = Snapshot(f"path:{path}", meta.base_model, meta.lora, meta.weights, str(path))
+            snap = self._path_snapshot(body["model_path"])
         elif body.get("base_model"):
             snap = Snapshot(f"base:{body['base_model']}", body["base_model"], None, None)
         else:
