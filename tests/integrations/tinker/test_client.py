@@ -299,3 +299,32 @@ def test_client_side_custom_loss(service):
     training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     after = training.forward([datum], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].to_numpy()
     assert float((after**2).sum()) < float((lp**2).sum())  # the custom loss went down
+
+
+def test_gradients_accumulate_until_the_optimizer_step(service):
+    """Two forward_backward calls then one step equal one call with both datums (losses are sums)."""
+    a, b = _ce_datum([90, 91, 92]), _ce_datum([93, 94, 95, 96])
+    split = service.create_lora_training_client(TINY_RANDOM_MODEL, rank=4, seed=11).result()
+    joint = service.create_lora_training_client(TINY_RANDOM_MODEL, rank=4, seed=11).result()
+    split.forward_backward([a], "cross_entropy")
+    split.forward_backward([b], "cross_entropy")
+    joint.forward_backward([a, b], "cross_entropy")
+    adam = types.AdamParams(learning_rate=1e-2)
+    split_norm = split.optim_step(adam).result().metrics["grad_norm:mean"]
+    joint_norm = joint.optim_step(adam).result().metrics["grad_norm:mean"]
+    assert split_norm == pytest.approx(joint_norm, rel=1e-4)
+
+    def logprobs(client):
+        return client.forward([a, b], "cross_entropy").result().loss_fn_outputs[1]["logprobs"].to_numpy()
+
+    assert np.allclose(logprobs(split), logprobs(joint), atol=1e-5)
+
+
+def test_closing_the_client_frees_its_models(server):
+    client = tinker.ServiceClient(base_url=server.url, api_key="tml-local-test")
+    training = client.create_lora_training_client(TINY_RANDOM_MODEL, rank=4).result()
+    assert training.model_id in server.state.models
+    client.close("success").result()
+    assert training.model_id not in server.state.models
+    session_id = training.model_id.split(":", 1)[0]
+    assert server.state.sessions[session_id].finished
