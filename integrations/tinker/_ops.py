@@ -41,12 +41,18 @@ def _loss_inputs(loss_fn: str, datum: WireDatum, index: int, vocab: int, device:
             + ("; " if missing and extra else "")
             + (f"unexpected {extra}" if extra else "")
         )
-    n = datum.tokens.size
+    target_shape = datum.inputs["target_tokens"].shape
     for k in needed:
-        if datum.inputs[k].size != n:
+        shape = datum.inputs[k].shape
+        if loss_fn != "cross_entropy" and len(shape) != 1:
             raise TinkerRequestError(
-                f"datum {index}: loss_fn_inputs[{k!r}] has {datum.inputs[k].size} values for a model input of "
-                f"{n} tokens (inputs are per position: target_tokens[i] is the token after model_input[i])"
+                f"datum {index}: {loss_fn} takes one target per position, but loss_fn_inputs[{k!r}] has "
+                f"shape {list(shape)}"
+            )
+        if shape != target_shape:
+            raise TinkerRequestError(
+                f"datum {index}: loss_fn_inputs[{k!r}] has shape {list(shape)} but target_tokens has "
+                f"{list(target_shape)}"
             )
     targets = datum.inputs["target_tokens"].astype(np.int64)
     if targets.min() < 0 or targets.max() >= vocab:
@@ -64,19 +70,25 @@ def _loss_inputs(loss_fn: str, datum: WireDatum, index: int, vocab: int, device:
 def _target_logprobs(
     module: Any, tokens: Sequence[np.ndarray], targets: Sequence[torch.Tensor]
 ) -> list[torch.Tensor]:
-    """Per datum, ``log p(target[i] | tokens[: i + 1])`` (float32, with gradient if enabled)."""
+    """Per datum, ``log p(target[i] | tokens[: i + 1])`` (float32, with gradient if enabled), of
+    shape ``[N]``, or ``[N, K]`` for ``K`` targets per position."""
     device = targets[0].device
     B, T = len(tokens), max(t.size for t in tokens)
+    K = max(1 if t.dim() == 1 else t.shape[1] for t in targets)
     ids_BT = torch.zeros((B, T), dtype=torch.long, device=device)
     attn_BT = torch.zeros((B, T), dtype=torch.long, device=device)
-    tgt_BT = torch.zeros((B, T), dtype=torch.long, device=device)
+    tgt_BTK = torch.zeros((B, T, K), dtype=torch.long, device=device)
     for i, (tok, tgt) in enumerate(zip(tokens, targets, strict=True)):  # right padding
         ids_BT[i, : tok.size] = torch.as_tensor(tok, device=device)
         attn_BT[i, : tok.size] = 1
-        tgt_BT[i, : tok.size] = tgt
+        tgt_BTK[i, : tok.size, : (1 if tgt.dim() == 1 else tgt.shape[1])] = tgt.reshape(tok.size, -1)
     logits_BTV = module(input_ids=ids_BT, attention_mask=attn_BT).logits  # B x T x V
-    lp_BT = token_logprobs_from_logits(logits_BTV, tgt_BT)  # B x T, float32
-    return [lp_BT[i, : tok.size] for i, tok in enumerate(tokens)]
+    # one chunked gather per target column: never a B x T x V float32 log-softmax
+    lp_BTK = torch.stack([token_logprobs_from_logits(logits_BTV, tgt_BTK[..., k]) for k in range(K)], dim=-1)
+    return [
+        lp_BTK[i, : tok.size, 0] if tgt.dim() == 1 else lp_BTK[i, : tok.size, : tgt.shape[1]]
+        for i, (tok, tgt) in enumerate(zip(tokens, targets, strict=True))
+    ]
 
 
 def forward_backward(tm: TrainingModel, req: FwdBwdRequest, micro_batch_size: int) -> bytes:

@@ -40,7 +40,7 @@ class WireDatum:
     tokens: np.ndarray
     """int64 ``[N]``."""
     inputs: dict[str, np.ndarray]
-    """``loss_fn_inputs`` by name (float32 or int64, flattened to ``[N]``)."""
+    """``loss_fn_inputs`` by name (float32 or int64, ``[N]`` or ``[N, K]``)."""
 
 
 @dataclass(frozen=True)
@@ -133,10 +133,11 @@ def parse_forward_backward(body: bytes) -> FwdBwdRequest:
         inputs = {}
         for name, t in d.loss_fn_inputs.items():
             arr = _tensor(t, name)
-            if arr.ndim != 1:
+            if arr.ndim not in (1, 2) or arr.shape[0] != tokens.size:
                 raise TinkerRequestError(
-                    f"datum {i}: loss_fn_inputs[{name!r}] has shape {list(arr.shape)}; this server takes "
-                    f"per-token inputs of shape [{tokens.size}]"
+                    f"datum {i}: loss_fn_inputs[{name!r}] has shape {list(arr.shape)}; inputs are per "
+                    f"position, of shape [{tokens.size}] (or [{tokens.size}, K] for K cross_entropy targets): "
+                    "target_tokens[i] is the token after model_input[i]"
                 )
             inputs[name] = arr
         data.append(WireDatum(tokens=tokens, inputs=inputs))
@@ -166,8 +167,9 @@ def _batched(arrays: Sequence[np.ndarray], dtype: Any) -> Any:
 def encode_forward_backward_output(
     outputs: Sequence[Mapping[str, np.ndarray]], metrics: Mapping[str, float]
 ) -> bytes:
-    """A ``ForwardBackwardOutput``: one float32 field per name for every datum, plus ``metrics``
-    (keys must look like ``name:reduction``; the client merges chunk results by them)."""
+    """A ``ForwardBackwardOutput``: one float32 field per name for every datum (``[N]`` or
+    ``[N, K]``), plus ``metrics`` (keys must look like ``name:reduction``; the client merges chunk
+    results by them)."""
     pb = _pb()
     for key in metrics:
         if key.count(":") != 1:
@@ -176,12 +178,20 @@ def encode_forward_backward_output(
     msg.loss_fn_output_type = "ArrayRecord"
     for k, v in metrics.items():
         msg.metrics[k] = float(v)
-    if outputs:
+    start = 0
+    while start < len(outputs):  # one record per run of datums whose fields share trailing shapes
+        layout = {name: a.shape[1:] for name, a in outputs[start].items()}
+        end = start + 1
+        while end < len(outputs) and {n: a.shape[1:] for n, a in outputs[end].items()} == layout:
+            end += 1
         record = msg.loss_fn_outputs.add()
         record.type_tag = "ArrayRecord"
-        record.num_datums = len(outputs)
-        for name in outputs[0]:
-            record.fields[name].CopyFrom(_batched([o[name] for o in outputs], np.float32))
+        record.num_datums = end - start
+        for name, trailing in layout.items():
+            bt = _batched([o[name] for o in outputs[start:end]], np.float32)
+            bt.trailing_shape.extend(int(d) for d in trailing)
+            record.fields[name].CopyFrom(bt)
+        start = end
     return msg.SerializeToString()
 
 

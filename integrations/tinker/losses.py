@@ -104,7 +104,8 @@ def check_loss_request(loss_fn: str, config: Mapping[str, float | str]) -> None:
 
 @dataclass(frozen=True)
 class LossInputs:
-    """One datum's ``loss_fn_inputs`` as tensors of length ``N`` (the model input's length)."""
+    """One datum's ``loss_fn_inputs`` as tensors of length ``N`` (the model input's length);
+    ``cross_entropy`` also takes ``K`` targets per position, ``N x K`` (e.g. a distribution)."""
 
     target_tokens_N: torch.Tensor
     """int64: the token each position predicts."""

@@ -328,3 +328,25 @@ def test_closing_the_client_frees_its_models(server):
     assert training.model_id not in server.state.models
     session_id = training.model_id.split(":", 1)[0]
     assert server.state.sessions[session_id].finished
+
+
+def test_cross_entropy_with_several_targets_per_position(service):
+    """``target_tokens`` of shape [N, K] with ``weights`` [N, K] (e.g. a distillation target)."""
+    training = service.create_lora_training_client(TINY_RANDOM_MODEL, rank=4, seed=12).result()
+    inputs, targets = [20, 21, 22], [[21, 500], [22, 501], [23, 502]]
+    weights = [[0.75, 0.25], [0.5, 0.5], [1.0, 0.0]]
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(inputs),
+        loss_fn_inputs={
+            "target_tokens": types.TensorData(data=sum(targets, []), dtype="int64", shape=[3, 2]),
+            "weights": types.TensorData(data=sum(weights, []), dtype="float32", shape=[3, 2]),
+        },
+    )
+    out = training.forward_backward([datum, _ce_datum(inputs + [23])], "cross_entropy").result()
+    lp = out.loss_fn_outputs[0]["logprobs"].to_numpy()
+    assert lp.shape == (3, 2)
+    single = out.loss_fn_outputs[1]["logprobs"].to_numpy()  # the first column's targets, one per position
+    assert np.allclose(lp[:, 0], single, atol=1e-5)
+    assert out.metrics["loss:sum"] == pytest.approx(
+        float(-(lp * np.array(weights)).sum() - single.sum()), rel=1e-5
+    )

@@ -111,3 +111,15 @@ def test_json_model_input():
     assert model_input_tokens(mi.model_dump(mode="json")) == [1, 2, 3]
     with pytest.raises(TinkerRequestError, match="'image' is not supported"):
         model_input_tokens({"chunks": [{"type": "image", "data": "", "format": "png"}]})
+
+
+def test_outputs_with_several_targets_per_position_keep_their_shape():
+    outputs = [
+        {"logprobs": np.arange(6, dtype=np.float32).reshape(3, 2)},
+        {"logprobs": np.arange(2, dtype=np.float32).reshape(1, 2)},
+        {"logprobs": np.array([-1.0, -2.0], np.float32)},  # a 1-D datum after 2-D ones
+    ]
+    out = deserialize_forward_backward_output(encode_forward_backward_output(outputs, {"loss:sum": 0.0}))
+    assert [o["logprobs"].shape for o in out.loss_fn_outputs] == [[3, 2], [1, 2], [2]]
+    assert out.loss_fn_outputs[0]["logprobs"].to_numpy().tolist() == [[0, 1], [2, 3], [4, 5]]
+    assert out.loss_fn_outputs[2]["logprobs"].tolist() == [-1.0, -2.0]
