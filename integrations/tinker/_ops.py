@@ -203,20 +203,37 @@ def _sampling_params(
     return sp, eos
 
 
-def _prompt_logprobs(policy: HFPolicy, prompt: Sequence[int], last_n: int | None) -> list[float]:
-    device = policy.device
-    ids_1P = torch.as_tensor([list(prompt)], dtype=torch.long, device=device)
+#: The value of an empty top-k cell (the client's ``MASK_LOGPROB``), with token id 0.
+_TOPK_EMPTY = -99999.0
+
+
+def _prompt_scores(
+    policy: HFPolicy, prompt: Sequence[int], first: int, k: int
+) -> tuple[list[float], np.ndarray | None, np.ndarray | None]:
+    """Prompt logprobs (NaN before position ``first``, which is at least 1) and, when ``k > 0``,
+    the top-``k`` next-token ids and logprobs at every prompt position (empty cells before
+    ``first``), from one forward pass over the prompt."""
+    P = len(prompt)
+    ids_1P = torch.as_tensor([list(prompt)], dtype=torch.long, device=policy.device)
     with torch.inference_mode():
-        logits_1PV = policy.model(input_ids=ids_1P, attention_mask=torch.ones_like(ids_1P)).logits
-        lp = token_logprobs_from_logits(logits_1PV[:, :-1], ids_1P[:, 1:])[0].tolist()  # P - 1
-    out = [float("nan")] + lp
-    if last_n is not None:
-        out = [float("nan")] * (len(out) - last_n) + out[len(out) - last_n :]
-    return out
+        logits_PV = policy.model(input_ids=ids_1P, attention_mask=torch.ones_like(ids_1P)).logits[0]
+        logits_SV = logits_PV[first - 1 : P - 1]  # S = P - first rows: they predict tokens first..P-1
+        lp_S = token_logprobs_from_logits(logits_SV[None], ids_1P[:, first:])[0]  # S
+        lps = [float("nan")] * first + lp_S.tolist()
+        if k <= 0:
+            return lps, None, None
+        top_ids = np.zeros((P, k), dtype=np.int32)
+        top_lps = np.full((P, k), _TOPK_EMPTY, dtype=np.float32)
+        for start in range(0, logits_SV.shape[0], 256):  # 256 rows of V float32 at a time
+            chunk_CV = torch.log_softmax(logits_SV[start : start + 256].float(), dim=-1)
+            values_CK, index_CK = chunk_CV.topk(min(k, chunk_CV.shape[-1]), dim=-1)
+            rows = slice(first + start, first + start + chunk_CV.shape[0])
+            top_ids[rows, : index_CK.shape[1]] = index_CK.cpu().numpy()
+            top_lps[rows, : values_CK.shape[1]] = values_CK.float().cpu().numpy()
+    return lps, top_ids, top_lps
 
 
 _UNSUPPORTED_SAMPLE_FIELDS = {
-    "topk_prompt_logprobs": "top-k prompt logprobs",
     "topk_sample_logprobs": "top-k sample logprobs",
     "prompt_alt_tokens_k": "prompt_alt_tokens",
 }
@@ -237,6 +254,9 @@ def check_sample_request(body: Mapping[str, Any]) -> None:
     last_n = body.get("prompt_logprobs_last_n")
     if last_n is not None and not body.get("prompt_logprobs"):
         raise TinkerRequestError("prompt_logprobs_last_n needs prompt_logprobs")
+    k = body.get("topk_prompt_logprobs") or 0
+    if not isinstance(k, int) or k < 0:
+        raise TinkerRequestError(f"topk_prompt_logprobs must be an integer >= 0, got {k!r}")
 
 
 def sample(
@@ -251,6 +271,9 @@ def sample(
     vocab = int(policy.model.get_output_embeddings().weight.shape[0])
     if min(prompt) < 0 or max(prompt) >= vocab:
         raise TinkerRequestError(f"prompt tokens out of the vocabulary range [0, {vocab})")
+    last_n = body.get("prompt_logprobs_last_n")
+    if last_n is not None and not (isinstance(last_n, int) and 1 <= last_n <= len(prompt) - 1):
+        raise TinkerRequestError(f"prompt_logprobs_last_n must be in [1, {len(prompt) - 1}], got {last_n!r}")
     n = int(body.get("num_samples", 1))
     params = body.get("sampling_params") or {}
     seed = params.get("seed")
@@ -267,12 +290,11 @@ def sample(
     finally:
         policy.eos_token_ids = saved_eos
     sequences = [EncodedSequence(o.token_ids, o.logprobs, o.finish_reason == FinishReason.STOP) for o in outs]
-    prompt_lps = None
-    if body.get("prompt_logprobs"):
-        last_n = body.get("prompt_logprobs_last_n")
-        if last_n is not None and not 1 <= int(last_n) <= len(prompt) - 1:
-            raise TinkerRequestError(
-                f"prompt_logprobs_last_n must be in [1, {len(prompt) - 1}], got {last_n}"
-            )
-        prompt_lps = _prompt_logprobs(policy, prompt, None if last_n is None else int(last_n))
-    return encode_sample_response(sequences, prompt_lps)
+    k = int(body.get("topk_prompt_logprobs") or 0)
+    prompt_lps, topk = None, None
+    if body.get("prompt_logprobs") or k > 0:
+        first = 1 if last_n is None else len(prompt) - last_n
+        lps, top_ids, top_lps = _prompt_scores(policy, prompt, first, k)
+        prompt_lps = lps if body.get("prompt_logprobs") else None
+        topk = (top_ids, top_lps) if k > 0 else None
+    return encode_sample_response(sequences, prompt_lps, topk)

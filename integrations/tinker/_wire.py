@@ -206,9 +206,13 @@ class EncodedSequence:
 
 
 def encode_sample_response(
-    sequences: Sequence[EncodedSequence], prompt_logprobs: Sequence[float] | None
+    sequences: Sequence[EncodedSequence],
+    prompt_logprobs: Sequence[float] | None,
+    topk_prompt: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> bytes:
-    """A ``SampleResponse``; ``prompt_logprobs`` uses NaN where a position has none."""
+    """A ``SampleResponse``; ``prompt_logprobs`` uses NaN where a position has none;
+    ``topk_prompt`` is ``(token_ids [P, k] int32, logprobs [P, k] float32)``, with empty cells
+    (token 0, logprob -99999) where a position has none."""
     pb = _pb()
     msg = pb.SampleResponse()
     for s in sequences:
@@ -219,6 +223,11 @@ def encode_sample_response(
             seq.logprobs = np.asarray(list(s.logprobs), dtype=np.float32).tobytes()
     if prompt_logprobs is not None:
         msg.prompt_logprobs = np.asarray(list(prompt_logprobs), dtype=np.float32).tobytes()
+    if topk_prompt is not None:
+        ids, lps = topk_prompt
+        msg.topk_prompt_logprobs.token_ids = np.ascontiguousarray(ids, dtype=np.int32).tobytes()
+        msg.topk_prompt_logprobs.logprobs = np.ascontiguousarray(lps, dtype=np.float32).tobytes()
+        msg.topk_prompt_logprobs.length, msg.topk_prompt_logprobs.k = ids.shape
     return msg.SerializeToString()
 
 

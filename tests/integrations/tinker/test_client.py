@@ -84,6 +84,15 @@ def test_sample_returns_tokens_logprobs_and_stop_reasons(service):
         assert seq.stop_reason in ("stop", "length") and seq.sequence_id
     assert res.prompt_logprobs[0] is None and all(x < 0 for x in res.prompt_logprobs[1:])
     again = sampler.sample(prompt, 3, params).result()  # a seed makes sampling repeatable
+    top = sampler.sample(prompt, 1, params, include_prompt_logprobs=True, topk_prompt_logprobs=4).result()
+    assert top.topk_prompt_logprobs[0] is None and len(top.topk_prompt_logprobs) == 3
+    for pos in (1, 2):  # the top entries are sorted and bound the logprob of the actual token
+        ranked = top.topk_prompt_logprobs[pos]
+        assert len(ranked) == 4 and [lp for _, lp in ranked] == sorted((lp for _, lp in ranked), reverse=True)
+        assert ranked[0][1] >= top.prompt_logprobs[pos] - 1e-5
+    last = sampler.sample(prompt, 1, params, include_prompt_logprobs=True, prompt_logprobs_last_n=1).result()
+    assert last.prompt_logprobs[:2] == [None, None]
+    assert last.prompt_logprobs[2] == pytest.approx(res.prompt_logprobs[2], abs=1e-5)
     assert [s.tokens for s in again.sequences] == [s.tokens for s in res.sequences]
     stop_token = res.sequences[0].tokens[1] if len(res.sequences[0].tokens) > 1 else None
     if stop_token is not None:
@@ -208,10 +217,9 @@ def test_unsupported_requests_fail_with_a_clear_error(service):
     with pytest.raises(tinker.RequestFailedError, match="unknown base model 'no-such-model'"):
         service.create_lora_training_client("no-such-model", rank=4).result()
     sampler = service.create_sampling_client(base_model=TINY_RANDOM_MODEL).result()
-    with pytest.raises(tinker.RequestFailedError, match="top-k prompt logprobs"):
-        sampler.sample(
-            types.ModelInput.from_ints([1, 2]), 1, types.SamplingParams(max_tokens=2), topk_prompt_logprobs=2
-        ).result()
+    with pytest.raises(tinker.RequestFailedError, match="top-k sample logprobs"):
+        params = types.SamplingParams(max_tokens=2)
+        sampler.sample(types.ModelInput.from_ints([1, 2]), 1, params, topk_sample_logprobs=2).result()
     with pytest.raises(tinker.RequestFailedError, match="no checkpoint at"):
         service.create_training_client_from_state("tinker://nope:train:0/weights/missing").result()
 
