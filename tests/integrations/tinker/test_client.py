@@ -358,3 +358,18 @@ def test_cross_entropy_with_several_targets_per_position(service):
     assert out.metrics["loss:sum"] == pytest.approx(
         float(-(lp * np.array(weights)).sum() - single.sum()), rel=1e-5
     )
+
+
+def test_capabilities_and_unsupported_routes(service, server):
+    import httpx
+
+    caps = tinker.RestClient(base_url=server.url, api_key="tml-local-test").get_server_capabilities().result()
+    assert {m.model_name for m in caps.supported_models} >= {"smollm2-135m", TINY_RANDOM_MODEL}
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        assert http.get("/api/v1/healthz").json() == {"status": "ok"}
+        missing = http.post("/api/v1/retrieve_futures", json={})
+    assert missing.status_code == 404
+    assert missing.json() == {
+        "error": "POST /api/v1/retrieve_futures is not supported by this Tinker-compatible server",
+        "category": "user",
+    }
