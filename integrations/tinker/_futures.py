@@ -43,13 +43,18 @@ class _Entry:
     result: Outcome | None = None
     error: TinkerRequestError | None = None
     finished_at: float = 0.0
+    delivered_at: float | None = None
 
 
 class Futures:
-    """Results by request id; created, finished and read on the event loop's thread."""
+    """Results by request id; created, finished and read on the event loop's thread.
 
-    def __init__(self, ttl_s: float) -> None:
+    A result is kept ``ttl_s`` after it finished, or ``delivered_ttl_s`` after it was first
+    handed out (a client re-polls only when an answer got lost), whichever comes first."""
+
+    def __init__(self, ttl_s: float, delivered_ttl_s: float = 120.0) -> None:
         self.ttl_s = ttl_s
+        self.delivered_ttl_s = delivered_ttl_s
         self._entries: dict[str, _Entry] = {}
 
     def new(self, kind: str) -> str:
@@ -98,6 +103,8 @@ class Futures:
                 await asyncio.wait_for(entry.done.wait(), timeout_s)
             except TimeoutError:
                 return None
+        if entry.delivered_at is None:
+            entry.delivered_at = time.monotonic()
         return entry
 
     def pending(self) -> int:
@@ -106,7 +113,15 @@ class Futures:
 
     def _expire(self) -> None:
         now = time.monotonic()
-        stale = [k for k, e in self._entries.items() if e.done.is_set() and now - e.finished_at > self.ttl_s]
+        stale = [
+            k
+            for k, e in self._entries.items()
+            if e.done.is_set()
+            and (
+                now - e.finished_at > self.ttl_s
+                or (e.delivered_at is not None and now - e.delivered_at > self.delivered_ttl_s)
+            )
+        ]
         for k in stale:
             del self._entries[k]
 

@@ -81,6 +81,22 @@ def test_unknown_request_ids_and_expiry():
     asyncio.run(main())
 
 
+def test_delivered_results_are_dropped_sooner():
+    async def main():
+        futures = Futures(ttl_s=3600, delivered_ttl_s=0.0)
+        kept, handed_out = futures.new("x"), futures.new("x")
+        futures.finish(kept, {"a": 1})
+        futures.finish(handed_out, {"b": 2})
+        assert (await futures.wait(handed_out, 1)).result == {"b": 2}
+        time.sleep(0.01)
+        futures.new("y")
+        assert (await futures.wait(kept, 1)).result == {"a": 1}  # never handed out: kept
+        with pytest.raises(TinkerRequestError, match="unknown request_id"):
+            await futures.wait(handed_out, 1)
+
+    asyncio.run(main())
+
+
 def test_idle_sessions_are_closed(tmp_path):
     state = ServerState(TinkerServerConfig(checkpoint_dir=str(tmp_path), session_idle_timeout_s=60))
     try:
