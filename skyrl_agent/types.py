@@ -238,6 +238,9 @@ class Trajectory:
     """Registered id of the env."""
     messages: list[dict[str, Any]] = field(default_factory=list)
     """The conversation as text, for viewing only (training uses the ids)."""
+    grade_reward: float | None = None
+    """What the env's ``grade()`` hook returned (already added to the last turn's reward); None
+    when the env has no grader or it was not run."""
 
     # ------------------------------------------------------------------ derived
     @property
@@ -314,7 +317,10 @@ class RolloutConfig:
     """Deadline of one ``env.init``/``env.step`` call; passing it is an env failure (masked)."""
     env_setup_timeout_s: float = 300.0
     """Deadline of building one env (``skyrl_gym.make``: starting a container, building an
-    image); passing it is an infrastructure failure (masked)."""
+    image) and of its ``setup()`` hook; passing it is an infrastructure failure (masked)."""
+    env_grade_timeout_s: float = 600.0
+    """Deadline of the env's ``grade()`` hook (a verifier, a test suite), run after the episode
+    left its generation slot; passing it is an infrastructure failure (masked)."""
     observation_style: ObservationStyle = "messages"
     """How observations join the context (see :data:`ObservationStyle`)."""
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -349,7 +355,15 @@ class RolloutConfig:
                 raise ConfigError(f"RolloutConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.env_threads < 1:
             raise ConfigError(f"RolloutConfig.env_threads must be >= 1, got {self.env_threads}")
-        if min(self.episode_deadline_s, self.env_step_timeout_s, self.env_setup_timeout_s) <= 0:
+        if (
+            min(
+                self.episode_deadline_s,
+                self.env_step_timeout_s,
+                self.env_setup_timeout_s,
+                self.env_grade_timeout_s,
+            )
+            <= 0
+        ):
             raise ConfigError("deadlines must be positive seconds")
         if self.observation_style not in ("messages", "inline"):
             raise ConfigError(
