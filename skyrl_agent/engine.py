@@ -47,6 +47,8 @@ __all__ = [
     "RolloutStats",
     "RolloutResult",
     "RolloutEngine",
+    "EpisodeJob",
+    "episode_jobs",
     "episode_seed",
     "load_prompts",
     "prompts_from_example",
@@ -120,6 +122,15 @@ def load_prompts(path: str | Path, env_id: str | None = None, limit: int | None 
             if limit is not None and len(items) >= limit:
                 break
     return items
+
+
+#: One episode of a batch: (group index, sample index, the row).
+EpisodeJob = tuple[int, int, PromptItem]
+
+
+def episode_jobs(items: Sequence[PromptItem], n_samples: int) -> list[EpisodeJob]:
+    """The episodes of a batch: ``n_samples`` per item, in (group, sample) order."""
+    return [(g, s, item) for g, item in enumerate(items) for s in range(n_samples)]
 
 
 def episode_seed(base: int, group: int, sample: int) -> int:
@@ -273,21 +284,27 @@ class RolloutEngine:
 
     async def run(self, items: Sequence[PromptItem]) -> RolloutResult:
         """Play ``n_samples`` episodes of every item; return them with the batch's counts."""
+        return await self.run_jobs(episode_jobs(items, self.config.n_samples))
+
+    async def run_jobs(self, jobs: Sequence[EpisodeJob]) -> RolloutResult:
+        """Play the given episodes ``(group, sample, item)`` (a shard of a batch: the Ray engine
+        gives each worker some groups); seeds derive from ``(config.seed, group, sample)``, so
+        an episode is the same whichever process plays it."""
         old_threshold = gc.get_threshold()
         if self.gc_gen0_threshold is not None:
             gc.set_threshold(max(self.gc_gen0_threshold, old_threshold[0]), *old_threshold[1:])
         try:
-            return await self._run(items)
+            return await self._run(jobs)
         finally:
             gc.set_threshold(*old_threshold)
 
-    async def _run(self, items: Sequence[PromptItem]) -> RolloutResult:
+    async def _run(self, jobs: Sequence[EpisodeJob]) -> RolloutResult:
         cfg = self.config
         start = time.monotonic()
         stages = _Stages.open(cfg)
         done: list[Trajectory] = []
         retries = 0
-        total = len(items) * cfg.n_samples
+        total = len(jobs)
 
         async def one(group: int, sample: int, item: PromptItem) -> Trajectory:
             nonlocal retries
@@ -311,11 +328,7 @@ class RolloutEngine:
 
         reporter = asyncio.create_task(self._report(done, total, start)) if self.progress else None
         try:
-            tasks = [
-                asyncio.create_task(one(g, s, item))
-                for g, item in enumerate(items)
-                for s in range(cfg.n_samples)
-            ]
+            tasks = [asyncio.create_task(one(g, s, item)) for g, s, item in jobs]
             trajs = await asyncio.gather(*tasks)
         finally:
             if reporter is not None:
