@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import gc
-import json
 import random
 import sys
 import time
@@ -89,39 +88,14 @@ def prompts_from_example(env_id: str, count: int = 1) -> list[PromptItem]:
 
 
 def load_prompts(path: str | Path, env_id: str | None = None, limit: int | None = None) -> list[PromptItem]:
-    """Read a JSONL dataset: one row per line with ``prompt`` (messages or a string), optional
-    ``env_id`` (or the published ``env_class``), ``env_config``, ``extras`` and ``id``.
-    ``env_id`` overrides the rows'."""
-    items = []
-    with Path(path).open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            prompt = row.get("prompt")
-            if isinstance(prompt, str):
-                prompt = [{"role": "user", "content": prompt}]
-            if not isinstance(prompt, list) or not prompt:
-                raise ConfigError(f"{path}:{lineno}: 'prompt' must be a message list or a string")
-            row_env = env_id or row.get("env_id") or row.get("env_class")
-            if not row_env:
-                raise ConfigError(f"{path}:{lineno}: no env id; add 'env_id' to the row or pass --env")
-            extras = dict(row.get("extras") or {})
-            for key in ("reward_spec", "extra_info"):  # published dataset columns
-                if key in row and key not in extras:
-                    extras[key] = row[key]
-            items.append(
-                PromptItem(
-                    row_env,
-                    tuple(prompt),
-                    dict(row.get("env_config") or {}),
-                    extras,
-                    str(row.get("id", lineno - 1)),
-                )
-            )
-            if limit is not None and len(items) >= limit:
-                break
-    return items
+    """Read tasks from a JSONL or Parquet file (or a saved ``datasets.Dataset`` directory) with
+    the published columns: ``prompt`` (messages or a string), ``env_class`` (or ``env_id``),
+    ``reward_spec``, ``extra_info``, optional ``env_config``, ``extras`` and ``id`` (else the
+    row's position: its line number minus one in JSONL). ``env_id`` overrides the rows'. See
+    :mod:`skyrl_agent.tasks` for the conventions and for ``datasets.Dataset`` sources."""
+    from skyrl_agent.tasks import load_tasks
+
+    return load_tasks(path, env_id=env_id, limit=limit)
 
 
 #: One episode of a batch: (group index, sample index, the row).
