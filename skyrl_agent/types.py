@@ -66,6 +66,10 @@ class SamplingParams:
     """Seed for this request's random draws; None draws from the policy's own generator."""
     logprobs: bool = True
     """Return per-token logprobs of the sampled tokens (see the module docstring)."""
+    top_logprobs: int = 0
+    """Also return, at each sampled position, this many most likely tokens with their raw
+    (temperature 1) logprobs (OpenAI's ``top_logprobs``); 0 returns none. Policies that cannot
+    give them leave :attr:`GenerateOutput.top_logprobs` None."""
 
     def __post_init__(self) -> None:
         from skyrl_gym.errors import ConfigError
@@ -78,6 +82,8 @@ class SamplingParams:
             raise ConfigError(f"top_k must be >= 0 (0 turns it off), got {self.top_k}")
         if self.max_tokens < 1:
             raise ConfigError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.top_logprobs < 0:
+            raise ConfigError(f"top_logprobs must be >= 0 (0 returns none), got {self.top_logprobs}")
         if isinstance(self.stop, str):
             raise ConfigError(f"stop must be a tuple of strings, not one string: stop=({self.stop!r},)")
         object.__setattr__(self, "stop", tuple(self.stop))
@@ -136,6 +142,10 @@ class GenerateOutput:
     """The decoded ``token_ids`` (special tokens kept), for env parsing and logs."""
     matched_stop: str | int | None = None
     """The stop string or token id that ended generation, if any."""
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    """When ``SamplingParams.top_logprobs`` > 0: per sampled token, the most likely
+    ``(token_id, raw logprob)`` pairs at that position, most likely first; None otherwise or
+    when the policy cannot give them."""
 
 
 @runtime_checkable
