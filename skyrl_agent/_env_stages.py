@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from skyrl_agent._thread_pool import LoopThreadPool, run_in
 from skyrl_agent.types import RolloutConfig, StopReason, Trajectory
 
 __all__ = ["EnvFailure", "env_call", "has_hook", "setup_and_init", "finish_episode", "may_grade"]
@@ -48,7 +49,7 @@ def has_hook(env: Any, name: str) -> bool:
 async def env_call(
     fn: Callable[..., Any],
     *args: Any,
-    executor: concurrent.futures.Executor | None,
+    executor: concurrent.futures.Executor | LoopThreadPool | None,
     timeout_s: float,
     deadline: float,
     what: str,
@@ -69,7 +70,7 @@ async def env_call(
                 raise TimeoutError
         else:
             async with asyncio.timeout(limit):
-                result = await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+                result = await run_in(executor, fn, *args)
     except TimeoutError:
         if remaining <= timeout_s:
             raise EnvFailure(
@@ -88,7 +89,7 @@ async def setup_and_init(
     prompt: Sequence[dict[str, Any]],
     *,
     config: RolloutConfig,
-    executor: concurrent.futures.Executor | None,
+    executor: concurrent.futures.Executor | LoopThreadPool | None,
     deadline: float = math.inf,
 ) -> tuple[tuple[list[dict[str, Any]], dict[str, Any]], float]:
     """Run ``env.setup()`` (when defined, deadline ``env_setup_timeout_s``) then
@@ -142,7 +143,7 @@ async def finish_episode(
     traj: Trajectory,
     *,
     config: RolloutConfig,
-    executor: concurrent.futures.Executor | None,
+    executor: concurrent.futures.Executor | LoopThreadPool | None,
     grade: bool,
     close: bool = True,
 ) -> Trajectory:
@@ -173,7 +174,9 @@ async def finish_episode(
     return traj
 
 
-async def finish_env(env: Any, executor: concurrent.futures.Executor | None, close: bool) -> dict[str, Any]:
+async def finish_env(
+    env: Any, executor: concurrent.futures.Executor | LoopThreadPool | None, close: bool
+) -> dict[str, Any]:
     """Read metrics and close the env in a thread; failures here are ignored (recorded as a
     metric) because the trajectory is already complete."""
 
@@ -191,8 +194,7 @@ async def finish_env(env: Any, executor: concurrent.futures.Executor | None, clo
                 metrics["close_error"] = f"{type(exc).__name__}: {exc}"
         return metrics
 
-    loop = asyncio.get_running_loop()
     try:
-        return await asyncio.wait_for(loop.run_in_executor(executor, work), 60.0)
+        return await asyncio.wait_for(run_in(executor, work), 60.0)
     except TimeoutError:
         return {"close_error": "TimeoutError: get_metrics/close took longer than 60s"}

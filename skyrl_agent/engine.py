@@ -24,7 +24,6 @@ repeats exactly with the same policy.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import gc
 import random
 import sys
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from skyrl_agent._env_stages import EnvFailure, finish_env, finish_episode, may_grade, setup_and_init
+from skyrl_agent._thread_pool import LoopThreadPool, run_in
 from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.loop import EpisodeInfo, play_episode, split_steps
 from skyrl_agent.types import ChatModel, Policy, RolloutConfig, StopReason, Trajectory
@@ -322,14 +322,13 @@ class RolloutEngine:
         info: EpisodeInfo,
         stages: _Stages,
     ) -> Trajectory:
-        loop = asyncio.get_running_loop()
         cfg = self.config
         # set-up stage: build, seed, setup() and init() without a generation slot. The set-up
         # slot is kept until a generation slot is free, so at most env_threads envs are built
         # ahead of the players (built envs hold containers, connections, memory).
         async with stages.setup_slots:
             t0 = time.monotonic()
-            made = loop.run_in_executor(stages.setup_pool, self.env_factory, item)
+            made = run_in(stages.setup_pool, self.env_factory, item)
             try:
                 env = await asyncio.wait_for(asyncio.shield(made), cfg.env_setup_timeout_s)
                 if hasattr(env, "seed"):
@@ -419,28 +418,26 @@ class _Stages:
     setup_slots: asyncio.Semaphore
     play_slots: asyncio.Semaphore
     finish_slots: asyncio.Semaphore
-    setup_pool: concurrent.futures.ThreadPoolExecutor
-    step_pool: concurrent.futures.ThreadPoolExecutor
-    finish_pool: concurrent.futures.ThreadPoolExecutor
+    setup_pool: LoopThreadPool
+    step_pool: LoopThreadPool
+    finish_pool: LoopThreadPool
 
     @classmethod
     def open(cls, cfg: RolloutConfig) -> _Stages:
-        def pool(name: str) -> concurrent.futures.ThreadPoolExecutor:
-            return concurrent.futures.ThreadPoolExecutor(cfg.env_threads, thread_name_prefix=f"skyrl-{name}")
-
+        loop = asyncio.get_running_loop()
         n = cfg.env_threads
         return cls(
             asyncio.Semaphore(n),
             asyncio.Semaphore(cfg.concurrency),
             asyncio.Semaphore(n),
-            pool("setup"),
-            pool("env"),
-            pool("finish"),
+            LoopThreadPool(loop, n, "skyrl-setup"),
+            LoopThreadPool(loop, n, "skyrl-env"),
+            LoopThreadPool(loop, n, "skyrl-finish"),
         )
 
     def close(self) -> None:
         for p in (self.setup_pool, self.step_pool, self.finish_pool):
-            p.shutdown(wait=False, cancel_futures=True)
+            p.close()
 
 
 def _close_late_env(fut: asyncio.Future[Any]) -> None:
