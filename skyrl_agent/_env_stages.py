@@ -68,6 +68,8 @@ async def env_call(
             result = fn(*args)
             if time.monotonic() - t0 > limit:
                 raise TimeoutError
+        elif isinstance(executor, LoopThreadPool):  # the pool's own timer: no timer per call
+            result = await executor.submit(fn, *args, timeout=limit)
         else:
             async with asyncio.timeout(limit):
                 result = await run_in(executor, fn, *args)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import heapq
+import itertools
 import queue
 import threading
 from collections.abc import Callable
@@ -42,12 +44,22 @@ class LoopThreadPool:
         self._threads: list[threading.Thread] = []
         self._idle = 0  # workers waiting for work (written under the lock)
         self._closed = False
+        self._deadlines: list[tuple[float, int, asyncio.Future[Any]]] = []  # a heap
+        self._seq = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_when = 0.0
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        """Run ``fn(*args)`` in a worker thread; returns an asyncio future of its result."""
+    def submit(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> asyncio.Future[Any]:
+        """Run ``fn(*args)`` in a worker thread; returns an asyncio future of its result.
+
+        With ``timeout`` (seconds), the future fails with ``TimeoutError`` when the call has not
+        finished by then (the call itself runs on; its result is dropped). One timer serves all
+        calls, instead of an ``asyncio.timeout`` (a timer handle) per call."""
         if self._closed:
             raise RuntimeError("the thread pool is closed")
         fut = self.loop.create_future()
+        if timeout is not None:
+            self._add_deadline(fut, self.loop.time() + timeout)
         self._work.put((fut, fn, args))
         if self._idle <= 0 and len(self._threads) < self.max_workers:
             t = threading.Thread(target=self._worker, name=f"{self.name}-{len(self._threads)}", daemon=True)
@@ -66,7 +78,7 @@ class LoopThreadPool:
             if item is None:
                 return
             fut, fn, args = item
-            if fut.cancelled():  # abandoned before it started (a deadline passed)
+            if fut.done():  # abandoned before it started (cancelled, or its deadline passed)
                 continue
             try:
                 result, ok = fn(*args), True
@@ -88,12 +100,43 @@ class LoopThreadPool:
             self._done.clear()
             self._wakeup_pending = False
         for fut, ok, result in batch:
-            if fut.cancelled():
+            if fut.done():  # cancelled, or failed at its deadline: the late result is dropped
                 continue
             if ok:
                 fut.set_result(result)
             else:
                 fut.set_exception(result)
+
+    # ------------------------------------------------------------------ deadlines
+    def _add_deadline(self, fut: asyncio.Future[Any], when: float) -> None:
+        heapq.heappush(self._deadlines, (when, next(self._seq), fut))
+        if len(self._deadlines) > 1024 and len(self._deadlines) > 4 * (
+            len(self._threads) + self._work.qsize()
+        ):
+            # drop finished calls' entries now and then (they are otherwise dropped when due)
+            self._deadlines = [d for d in self._deadlines if not d[2].done()]
+            heapq.heapify(self._deadlines)
+        if self._timer is None or when < self._timer_when:
+            self._arm()
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while self._deadlines and self._deadlines[0][2].done():
+            heapq.heappop(self._deadlines)
+        if self._deadlines:
+            self._timer_when = self._deadlines[0][0]
+            self._timer = self.loop.call_at(self._timer_when, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        now = self.loop.time()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, _, fut = heapq.heappop(self._deadlines)
+            if not fut.done():
+                fut.set_exception(TimeoutError())
+        self._arm()
 
     def close(self) -> None:
         """Stop the workers once they are idle (idempotent); queued calls not yet started are
@@ -101,6 +144,9 @@ class LoopThreadPool:
         if self._closed:
             return
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         while True:  # drop what has not started
             try:
                 item = self._work.get_nowait()

@@ -81,3 +81,45 @@ def test_renderer_caches_short_texts_without_aliasing(tokenizer):
     assert again == first[:-1] and tokenizer.convert_tokens_to_ids("<|im_end|>") not in again
     long = "x" * 1000
     assert r.encode_text(long) == tokenizer.encode(long, add_special_tokens=False) and long not in r._text_ids
+
+
+def test_per_call_deadlines_share_one_timer():
+    release = threading.Event()
+
+    async def main():
+        pool = LoopThreadPool(asyncio.get_running_loop(), 4)
+        try:
+            t0 = time.monotonic()
+            late = pool.submit(release.wait, 10, timeout=0.3)
+            early = pool.submit(release.wait, 10, timeout=0.05)  # an earlier deadline re-arms the timer
+            with pytest.raises(TimeoutError):
+                await early
+            assert time.monotonic() - t0 < 0.25 and not late.done()
+            with pytest.raises(TimeoutError):
+                await late
+            assert await pool.submit(lambda: "in time", timeout=5) == "in time"
+            assert pool._timer is not None  # armed for the finished call's deadline...
+            release.set()
+        finally:
+            pool.close()
+        assert pool._timer is None  # ...and disarmed by close
+
+    asyncio.run(main())
+
+
+def test_engine_step_deadline_through_the_pool(tokenizer):
+    import skyrl_gym
+    from skyrl_agent.engine import PromptItem, RolloutEngine
+    from skyrl_agent.policies.fake import ScriptedPolicy
+    from skyrl_agent.types import RolloutConfig
+
+    skyrl_gym.register("test-pool-echo", "tests.agent.envs:EchoEnv")
+    try:
+        items = [PromptItem("test-pool-echo", ({"role": "user", "content": "x"},), {}, {"sleep_s": 0.5}, "p")]
+        cfg = RolloutConfig(max_turns=2, max_retries=0, env_step_timeout_s=0.1)
+        [t] = (
+            RolloutEngine(ScriptedPolicy(tokenizer, ["a"]), cfg, progress=False).run_sync(items).trajectories
+        )
+    finally:
+        skyrl_gym.deregister("test-pool-echo")
+    assert t.masked and "env.step (turn 0) took longer than 0.1s" in t.error
