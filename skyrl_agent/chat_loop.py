@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from skyrl_agent._env_stages import EnvFailure, env_call, finish_episode, may_grade, setup_and_init
+from skyrl_agent._thread_pool import LoopThreadPool
 from skyrl_agent.loop import EpisodeInfo, turn_seed
 from skyrl_agent.types import ChatModel, RolloutConfig, StopReason, Trajectory
 from skyrl_gym.types import as_step_output
@@ -29,7 +30,7 @@ async def run_chat_episode(
     *,
     config: RolloutConfig,
     info: EpisodeInfo | None = None,
-    executor: concurrent.futures.Executor | None = None,
+    executor: concurrent.futures.Executor | LoopThreadPool | None = None,
     close_env: bool = True,
     initial: tuple[Sequence[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Trajectory:
@@ -50,7 +51,7 @@ async def play_chat_episode(
     *,
     config: RolloutConfig,
     info: EpisodeInfo | None = None,
-    executor: concurrent.futures.Executor | None = None,
+    executor: concurrent.futures.Executor | LoopThreadPool | None = None,
     initial: tuple[Sequence[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> tuple[Trajectory, bool]:
     """The play stage of :func:`run_chat_episode` (no grading, metrics or closing); returns the

@@ -36,6 +36,7 @@ from typing import Any
 from skyrl_agent._env_stages import EnvFailure as _EnvFailure
 from skyrl_agent._env_stages import env_call as _env_call
 from skyrl_agent._env_stages import finish_episode, may_grade, setup_and_init
+from skyrl_agent._thread_pool import LoopThreadPool
 from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.types import (
     FinishReason,
@@ -81,14 +82,15 @@ async def run_episode(
     config: RolloutConfig,
     renderer: ChatRenderer | None = None,
     info: EpisodeInfo | None = None,
-    executor: concurrent.futures.Executor | None = None,
+    executor: concurrent.futures.Executor | LoopThreadPool | None = None,
     close_env: bool = True,
     initial: tuple[Sequence[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Trajectory:
     """Play one episode of ``policy`` in ``env`` (a ``BaseTextEnv``) and return its trajectory.
 
     ``renderer`` defaults to a :class:`ChatRenderer` of the policy's tokenizer. Env calls run in
-    ``executor`` (default: the event loop's). The env's optional ``setup()`` hook runs before
+    ``executor`` (a ``concurrent.futures`` executor or a ``LoopThreadPool``; default: the event
+    loop's). The env's optional ``setup()`` hook runs before
     ``init`` and its optional ``grade()`` hook after the last turn (its reward is added to the
     last turn's). ``initial`` is the result of an ``env.init`` (and ``setup``) already run by
     the caller (the engine's set-up stage); then neither is called here. The env is closed at
@@ -111,7 +113,7 @@ async def play_episode(
     config: RolloutConfig,
     renderer: ChatRenderer | None = None,
     info: EpisodeInfo | None = None,
-    executor: concurrent.futures.Executor | None = None,
+    executor: concurrent.futures.Executor | LoopThreadPool | None = None,
     initial: tuple[Sequence[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> tuple[Trajectory, bool]:
     """The play stage of :func:`run_episode`: the turns, without grading, metrics or closing.
