@@ -203,3 +203,30 @@ def test_budget_stops_are_graded_and_errors_are_not(tokenizer):
     policy = ScriptedPolicy(tokenizer, ["a"], fail_on=[1])
     [t] = RolloutEngine(policy, cfg, progress=False).run_sync(_items(1)).trajectories
     assert t.masked and t.grade_reward is None and TRACK.grades == 1
+
+
+def test_readme_hooks_example(tokenizer):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = text.split("**Slow set-up and grading**", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    scope = {"__name__": "readme_hooks"}
+    exec(compile(code, "README.md:hooks", "exec"), scope)
+    skyrl_gym.register("readme-verified", scope["VerifiedEnv"])
+    try:
+        items = [
+            PromptItem("readme-verified", ({"role": "user", "content": "6 x 7?"},), {}, {}, str(i))
+            for i in range(4)
+        ]
+        policy = ScriptedPolicy(tokenizer, ["It is 42."])
+        t0 = time.perf_counter()
+        result = RolloutEngine(policy, RolloutConfig(concurrency=1, env_threads=4), progress=False).run_sync(
+            items
+        )
+        wall = time.perf_counter() - t0
+    finally:
+        skyrl_gym.deregister("readme-verified")
+    assert [t.reward for t in result.trajectories] == [1.0] * 4 and result.stats.masked == 0
+    assert wall < 4 * 0.4  # one generation slot, yet set-ups and gradings overlapped
