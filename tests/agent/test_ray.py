@@ -27,6 +27,14 @@ def scripted_policy(replies, latency_s=0.0):
     return ScriptedPolicy(tok, per_episode_script(tok, replies), latency_s=latency_s)
 
 
+def server_client(url):
+    """A client of the OpenAI-compatible server at ``url`` (a picklable policy factory)."""
+    from skyrl_agent.models import load_tokenizer
+    from skyrl_agent.policies.openai_compat import OpenAICompatPolicy
+
+    return OpenAICompatPolicy(url, "tiny", load_tokenizer(), timeout_s=60)
+
+
 def crashing_policy():
     import os
 
@@ -115,3 +123,38 @@ def test_a_lost_worker_masks_its_episodes(ray_cluster):
     assert all(
         t.stop_reason == StopReason.ENV_ERROR and "Ray worker lost" in t.error for t in result.trajectories
     )
+
+
+def test_ray_workers_share_a_remote_policy_through_the_server(ray_cluster, tiny):
+    """The workers sample from one model behind the OpenAI-compatible server on 127.0.0.1 and
+    produce the same token ids and logprobs as a local engine talking to that server."""
+    from skyrl_agent.policies.hf import HFPolicy
+    from skyrl_agent.ray_engine import RayConfig, RayRolloutEngine
+    from skyrl_agent.server import ServerConfig, ServerThread
+    from skyrl_agent.types import SamplingParams
+
+    model, tok = tiny
+    # one request per model call: a row's numbers do not depend on what it was batched with
+    policy = HFPolicy(model, tok, seed=0, max_batch_size=1)
+    cfg = RolloutConfig(
+        n_samples=2,
+        concurrency=4,
+        max_turns=2,
+        max_tokens_per_turn=6,
+        sampling=SamplingParams(temperature=1.0),
+    )
+    items = _items(3)
+    try:
+        with ServerThread(policy, ServerConfig(model_name="tiny", max_model_len=1024)) as server:
+            local = RolloutEngine(server_client(server.url), cfg, progress=False).run_sync(items)
+            factory = functools.partial(server_client, server.url)
+            with RayRolloutEngine(factory, cfg, RayConfig(num_workers=2)) as engine:
+                remote = engine.run_sync(items)
+            calls = sum(server.store.ids().values())
+    finally:
+        policy.close()
+    assert remote.stats.masked == 0 and local.stats.masked == 0
+    assert [_key(t) for t in remote.trajectories] == [_key(t) for t in local.trajectories]
+    assert all(t.rollout_logprobs is not None and t.num_turns >= 1 for t in remote.trajectories)
+    turns = sum(t.num_turns for t in local.trajectories) + sum(t.num_turns for t in remote.trajectories)
+    assert calls == turns  # every turn of both runs was a call to the one server
