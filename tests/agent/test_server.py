@@ -670,3 +670,30 @@ def test_readme_server_example_runs():
     traj = scope["traj"]
     assert traj.num_turns == 2 and traj.reward == 1.0
     assert 0 in traj.loss_mask and traj.loss_mask[0] == 1
+
+
+def test_openai_compat_policy_reads_top_logprobs_from_this_server(hf_server, tiny, tokenizer):
+    from skyrl_agent.policies.hf import HFPolicy
+    from skyrl_agent.policies.openai_compat import OpenAICompatPolicy
+
+    model, tok = tiny
+    ids = tokenizer.encode("Hello there")
+    sampling = SamplingParams(max_tokens=5, seed=11, top_logprobs=3)
+    direct_policy = HFPolicy(model, tok, seed=0)
+    try:
+        [direct] = direct_policy.generate_sync([GenerateRequest(ids, sampling)])
+    finally:
+        direct_policy.close()
+
+    async def remote_gen():
+        policy = OpenAICompatPolicy(hf_server.url, "tiny", tokenizer)
+        try:
+            return (await policy.generate([GenerateRequest(ids, sampling)]))[0]
+        finally:
+            await policy.aclose()
+
+    remote = asyncio.run(remote_gen())
+    assert remote.token_ids == direct.token_ids and len(remote.top_logprobs) == 5
+    for got, want in zip(remote.top_logprobs, direct.top_logprobs, strict=True):
+        assert [t for t, _ in got] == [t for t, _ in want]
+        assert [lp for _, lp in got] == pytest.approx([lp for _, lp in want], abs=1e-4)
