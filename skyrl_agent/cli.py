@@ -56,7 +56,10 @@ def _add_common(p: argparse.ArgumentParser, temperature: float) -> None:
     p.add_argument(
         "--model", default="smollm2-135m", help="model directory, or 'smollm2-135m' (bundled, default)"
     )
-    p.add_argument("--prompts", help="JSONL dataset of prompts (default: the env's example())")
+    p.add_argument(
+        "--prompts",
+        help="tasks: a JSONL or Parquet file or a saved datasets directory (default: the env's example())",
+    )
     p.add_argument(
         "--num-prompts",
         type=int,

@@ -230,3 +230,18 @@ def test_readme_hooks_example(tokenizer):
         skyrl_gym.deregister("readme-verified")
     assert [t.reward for t in result.trajectories] == [1.0] * 4 and result.stats.masked == 0
     assert wall < 4 * 0.4  # one generation slot, yet set-ups and gradings overlapped
+
+
+def test_chat_level_episodes_get_the_hooks_too():
+    class Chat:
+        async def chat(self, messages, sampling):
+            return "a"
+
+    cfg = RolloutConfig(max_turns=4)
+    [t] = RolloutEngine(Chat(), cfg, progress=False).run_sync(_items(1, grade_value=2.0)).trajectories
+    assert TRACK.setups == 1 and TRACK.inits_before_setup == 0 and TRACK.grades == 1 and TRACK.closed == 1
+    assert (
+        t.grade_reward == 2.0
+        and t.turn_rewards == pytest.approx([0.1, 2.1])
+        and t.reward == pytest.approx(2.2)
+    )
