@@ -64,6 +64,7 @@ async def play_chat_episode(
     stop, error = StopReason.MAX_TURNS, None
     t_turn = 0.0
     env_busy = False
+    in_thread_call = False  # an env call runs in a thread (the episode deadline may abandon it)
 
     def call(fn: Any, *args: Any, what: str) -> Any:
         return env_call(
@@ -79,9 +80,11 @@ async def play_chat_episode(
     try:
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + config.episode_deadline_s):
             if initial is None:
+                in_thread_call = True
                 (first, _), dt = await setup_and_init(
                     env, prompt, config=config, executor=executor, deadline=deadline
                 )
+                in_thread_call = False
                 env_s += dt
             else:
                 first, _ = initial
@@ -98,7 +101,9 @@ async def play_chat_episode(
                     llm_s += time.monotonic() - t_turn
                     t_turn = 0.0
                 messages.append({"role": "assistant", "content": text})
+                in_thread_call = config.env_calls != "inline"
                 raw, dt = await call(env.step, text, what=f"env.step (turn {turn})")
+                in_thread_call = False
                 env_s += dt
                 try:
                     step = as_step_output(raw)
@@ -113,6 +118,7 @@ async def play_chat_episode(
                 messages += [dict(m) for m in step.observations]
     except TimeoutError:
         stop = StopReason.DEADLINE
+        env_busy = in_thread_call
         if t_turn:
             llm_s += time.monotonic() - t_turn
     except EnvFailure as failure:

@@ -138,6 +138,7 @@ async def play_episode(
     error: str | None = None
     inline_open = False
     env_busy = False
+    in_thread_call = False  # an env call runs in a thread (the episode deadline may abandon it)
 
     def call(fn: Callable[..., Any], *args: Any, what: str) -> Any:
         return _env_call(
@@ -154,9 +155,11 @@ async def play_episode(
     try:
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + config.episode_deadline_s):
             if initial is None:
+                in_thread_call = True
                 (first, _init_info), dt = await setup_and_init(
                     env, prompt, config=config, executor=executor, deadline=deadline
                 )
+                in_thread_call = False
                 env_s += dt
             else:
                 first, _init_info = initial
@@ -212,7 +215,9 @@ async def play_episode(
                     else:
                         messages.append({"role": "assistant", "content": out.text})
 
+                in_thread_call = config.env_calls != "inline"
                 raw, dt = await call(env.step, out.text, what=f"env.step (turn {turn})")
+                in_thread_call = False
                 env_s += dt
                 try:
                     step = as_step_output(raw)
@@ -253,6 +258,7 @@ async def play_episode(
                         messages += [dict(m) for m in obs]
     except TimeoutError:  # the episode deadline passed (policy call or inline env call)
         stop = StopReason.DEADLINE
+        env_busy = in_thread_call
         if t_turn:
             llm_s += time.monotonic() - t_turn
     except _EnvFailure as failure:

@@ -43,6 +43,7 @@ class SlowHooksEnv(BaseTextEnv):
         self.grade_s = float(extras.get("grade_s", 0.0))
         self.grade_value = extras.get("grade_value", 1.0)
         self.fail = extras.get("fail")
+        self.step_s = float(extras.get("step_s", 0.0))
         self.ready = False
 
     def _sleep(self, seconds):
@@ -72,6 +73,7 @@ class SlowHooksEnv(BaseTextEnv):
 
     def step(self, action):
         self.turns += 1
+        time.sleep(self.step_s)
         return BaseTextEnvStepOutput([{"role": "user", "content": "ok"}], 0.1, self.turns >= self.max_turns)
 
     def grade(self):
@@ -245,3 +247,22 @@ def test_chat_level_episodes_get_the_hooks_too():
         and t.turn_rewards == pytest.approx([0.1, 2.1])
         and t.reward == pytest.approx(2.2)
     )
+
+
+def test_deadline_grading_depends_on_whether_the_env_is_idle(tokenizer):
+    # the deadline passes while the policy generates: the env is idle, the verifier runs
+    cfg = RolloutConfig(max_turns=4, episode_deadline_s=0.3, max_retries=0)
+    slow_policy = ScriptedPolicy(tokenizer, ["a"], latency_s=0.5)
+    [t] = RolloutEngine(slow_policy, cfg, progress=False).run_sync(_items(1)).trajectories
+    assert t.stop_reason == StopReason.DEADLINE and t.num_turns == 0 and t.grade_reward is None  # no turn yet
+    cfg = RolloutConfig(max_turns=4, episode_deadline_s=0.8, max_retries=0)
+    policy = ScriptedPolicy(tokenizer, ["a"], latency_s=0.5)
+    [t] = RolloutEngine(policy, cfg, progress=False).run_sync(_items(1)).trajectories
+    assert t.stop_reason == StopReason.DEADLINE and t.num_turns == 1 and t.grade_reward == 1.0
+    # the deadline passes inside env.step: the call runs on in its thread, so no grading
+    [t] = (
+        RolloutEngine(ScriptedPolicy(tokenizer, ["a"]), cfg, progress=False)
+        .run_sync(_items(1, step_s=2.0))
+        .trajectories
+    )
+    assert t.stop_reason == StopReason.DEADLINE and t.num_turns == 1 and t.grade_reward is None
