@@ -158,3 +158,23 @@ def test_ray_workers_share_a_remote_policy_through_the_server(ray_cluster, tiny)
     assert all(t.rollout_logprobs is not None and t.num_turns >= 1 for t in remote.trajectories)
     turns = sum(t.num_turns for t in local.trajectories) + sum(t.num_turns for t in remote.trajectories)
     assert calls == turns  # every turn of both runs was a call to the one server
+
+
+def test_skyrl_rollout_on_ray_workers(ray_cluster, tmp_path, capsys):
+    import argparse
+
+    from skyrl_agent.cli import add_rollout_command
+    from skyrl_agent.io import load_jsonl
+
+    parser = argparse.ArgumentParser(prog="skyrl")
+    add_rollout_command(parser.add_subparsers(dest="command"))
+    out = tmp_path / "ray.jsonl"
+    argv = ["rollout", "--env", ENV_ID, "--model", "tiny-random", "--num-prompts", "3", "--n", "2"]
+    argv += ["--max-turns", "2", "--max-tokens", "4", "--ray-workers", "2", "--threads", "1", "--quiet"]
+    args = parser.parse_args([*argv, "--out", str(out)])
+    assert args.handler(args) == 0
+    trajs = load_jsonl(out)
+    assert len(trajs) == 6 and not any(t.masked for t in trajs)
+    assert [(t.group_id, t.sample_index) for t in trajs] == [(g, s) for g in range(3) for s in range(2)]
+    assert all(t.rollout_logprobs is not None and t.num_turns >= 1 for t in trajs)
+    assert "episodes" in capsys.readouterr().out
