@@ -56,7 +56,10 @@ def _add_common(p: argparse.ArgumentParser, temperature: float) -> None:
     p.add_argument(
         "--model", default="smollm2-135m", help="model directory, or 'smollm2-135m' (bundled, default)"
     )
-    p.add_argument("--prompts", help="JSONL dataset of prompts (default: the env's example())")
+    p.add_argument(
+        "--prompts",
+        help="tasks: a JSONL or Parquet file or a saved datasets directory (default: the env's example())",
+    )
     p.add_argument(
         "--num-prompts",
         type=int,
@@ -82,6 +85,8 @@ def _add_common(p: argparse.ArgumentParser, temperature: float) -> None:
     p.add_argument("--max-batch-size", type=int, default=16, help="rows in one model call")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--ray-workers", type=int, default=0, help="play on this many Ray workers (`ray` extra)")
+    p.add_argument("--ray-address", default=None, help="Ray cluster address (default: a local one)")
 
 
 def _rollout(args: argparse.Namespace) -> int:
@@ -149,10 +154,19 @@ def _play(args: argparse.Namespace):  # noqa: ANN202 - a RolloutResult
         concurrency=args.concurrency,
         seed=args.seed,
     )
-    policy = _load_policy(args)
     template = args.template
     if template and template.endswith(".jinja"):
         template = Path(template).read_text(encoding="utf-8")
+    if args.ray_workers:  # each worker loads its own copy of the model
+        import functools
+
+        from skyrl_agent.ray_engine import RayConfig, RayRolloutEngine
+
+        ray_config = RayConfig(address=args.ray_address, num_workers=args.ray_workers)
+        factory = functools.partial(_load_policy, args)
+        with RayRolloutEngine(factory, config, ray_config, chat_template=template) as ray_engine:
+            return ray_engine.run_sync(items)
+    policy = _load_policy(args)
     renderer = ChatRenderer(policy.tokenizer, template)
     print(
         f"[rollout] env {args.env}: {len(items)} prompt(s) x {args.n} sample(s), model {args.model}",
