@@ -1,0 +1,70 @@
+"""Harbor tasks as rollout data: one row per task for the ``harbor`` env.
+
+A row is what ``skyrl rollout --prompts`` and the trainers read::
+
+    {"id": "fix-median", "env_id": "harbor", "prompt": [...system, user...],
+     "env_config": {"max_turns": 20}, "extras": {"task_dir": "/abs/path/fix-median"}}
+
+:func:`rollout_timeouts` gives the runtime deadlines that fit the tasks: an env call that
+builds an image or runs a verifier takes longer than a tool call.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harbor_adapter.env import task_prompt
+from harbor_adapter.loader import load_tasks
+from harbor_adapter.types import HarborTask, TrialSettings
+
+__all__ = ["ENV_ID", "task_rows", "prompt_items", "rollout_timeouts"]
+
+#: The registered id of :class:`~harbor_adapter.env.TerminalEnv`.
+ENV_ID = "harbor"
+
+
+def task_rows(tasks_dir: str | Path, *, max_turns: int = 20, **settings: Any) -> list[dict[str, Any]]:
+    """One JSON-ready row per task at or below ``tasks_dir``; ``settings`` (``TrialSettings``
+    fields such as ``command_timeout_s``) go into each row's ``env_config``."""
+    TrialSettings(**settings)  # validate early
+    rows = []
+    for task in load_tasks(tasks_dir):
+        rows.append(
+            {
+                "id": task.name,
+                "env_id": ENV_ID,
+                "prompt": task_prompt(task),
+                "env_config": {"max_turns": max_turns, **settings},
+                "extras": {"task_dir": str(task.path)},
+            }
+        )
+    return rows
+
+
+def prompt_items(
+    tasks_dir: str | Path, *, max_turns: int = 20, limit: int | None = None, **settings: Any
+) -> list:
+    """The rows as :class:`skyrl_agent.engine.PromptItem` for a :class:`RolloutEngine`."""
+    from skyrl_agent.engine import PromptItem
+
+    rows = task_rows(tasks_dir, max_turns=max_turns, **settings)[:limit]
+    return [
+        PromptItem(row["env_id"], tuple(row["prompt"]), row["env_config"], row["extras"], row["id"])
+        for row in rows
+    ]
+
+
+def rollout_timeouts(tasks: list[HarborTask], settings: TrialSettings | None = None) -> dict[str, float]:
+    """``RolloutConfig`` deadlines that fit ``tasks``: ``env_step_timeout_s`` covers the
+    container start (in ``init``), a command and the verifier; ``episode_deadline_s`` the
+    whole trial."""
+    s = settings or TrialSettings()
+    build = max((s.build_timeout_s or t.config.environment.build_timeout_sec) for t in tasks)
+    verifier = max((s.verifier_timeout_s or t.config.verifier.timeout_sec) for t in tasks)
+    agent = max((s.agent_timeout_s or t.config.agent.budget_s) for t in tasks)
+    step = max(build + s.start_timeout_s, verifier + 60, s.command_timeout_s + 30)
+    return {
+        "env_step_timeout_s": step,
+        "episode_deadline_s": build + s.start_timeout_s + agent + verifier + 120,
+    }
