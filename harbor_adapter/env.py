@@ -137,9 +137,9 @@ class TerminalTools(ToolGroup):
         if result.timed_out:
             parts.append("(the command ran past its deadline and was killed)")
         if result.stdout:
-            parts.append(truncate_middle(result.stdout, cap))
+            parts.append(truncate_middle(result.stdout, cap)[0])
         if result.stderr:
-            parts.append("[stderr]\n" + truncate_middle(result.stderr, cap))
+            parts.append("[stderr]\n" + truncate_middle(result.stderr, cap)[0])
         return "\n".join(parts)
 
     @tool(timeout=None)
@@ -159,7 +159,7 @@ class TerminalTools(ToolGroup):
                 return f"error: cannot read {path!r}: not a regular file or larger than 4 MiB"
             self._env.infra_error = exc
             return "internal error"
-        return truncate_middle(data.decode("utf-8", "replace"), cap)
+        return truncate_middle(data.decode("utf-8", "replace"), cap)[0]
 
     @tool(timeout=None)
     def write_file(self, path: str, content: str) -> str:

@@ -25,7 +25,15 @@ from harbor_adapter.errors import ImageBuildError, TrialTimeoutError
 from harbor_adapter.types import HarborTask
 from skyrl_gym.sandbox._dockerlib import docker_client, docker_module
 
-__all__ = ["context_hash", "image_tag", "ensure_image", "image_workdir", "IMAGE_REPO", "LABEL_TASK"]
+__all__ = [
+    "context_hash",
+    "image_tag",
+    "ensure_image",
+    "image_workdir",
+    "base_images",
+    "IMAGE_REPO",
+    "LABEL_TASK",
+]
 
 IMAGE_REPO = "skyrl-harbor"
 LABEL_TASK = "skyrl.harbor.task"
@@ -88,6 +96,7 @@ def ensure_image(task: HarborTask, *, deadline_s: float | None = None) -> tuple[
         return tag, False, time.monotonic() - start
     if _image_exists(client, tag):
         return tag, False, time.monotonic() - start
+    _check_bases(client, task)
     lock = _lock_for(tag)
     if not lock.acquire(timeout=max(budget, 0.001)):
         raise TrialTimeoutError(f"task {task.name!r}: waited {budget:.0f} s for another build of {tag}")
@@ -114,6 +123,42 @@ def ensure_image(task: HarborTask, *, deadline_s: float | None = None) -> tuple[
     return tag, True, time.monotonic() - start
 
 
+def base_images(dockerfile: str) -> list[str]:
+    """The images a Dockerfile's ``FROM`` lines name (not earlier stages, not ``scratch``,
+    not names built from ``ARG`` values, which cannot be known here)."""
+    stages: set[str] = set()
+    images = []
+    for line in dockerfile.splitlines():
+        words = line.strip().split()
+        if not words or words[0].upper() != "FROM":
+            continue
+        args = [w for w in words[1:] if not w.startswith("--")]
+        if not args:
+            continue
+        ref = args[0]
+        if len(args) >= 3 and args[1].upper() == "AS":
+            stages.add(args[2].lower())
+        if ref.lower() in stages or ref == "scratch" or "$" in ref:
+            continue
+        images.append(ref)
+    return images
+
+
+def _check_bases(client: Any, task: HarborTask) -> None:
+    """Fail before building when a ``FROM`` image is not on this machine: a build would try a
+    registry (no network here; ``SKYRL_HARBOR_ALLOW_PULL=1`` allows it where there is one)."""
+    if os.environ.get("SKYRL_HARBOR_ALLOW_PULL") == "1" or task.dockerfile is None:
+        return
+    missing = [ref for ref in base_images(task.dockerfile.read_text()) if not _image_exists(client, ref)]
+    if missing:
+        raise ImageBuildError(
+            f"task {task.name!r}: base image(s) {missing} not on this machine. FROM must name a local "
+            "image: no registry is reachable; build the base images with `skyrl sandbox build-images` and "
+            "use FROM skyrl-sandbox/python or skyrl-sandbox/minimal (or set SKYRL_HARBOR_ALLOW_PULL=1 "
+            "where a registry is reachable)"
+        )
+
+
 def _build(task: HarborTask, tag: str, budget: float) -> None:
     if budget <= 0:
         raise TrialTimeoutError(f"task {task.name!r}: no time left to build {tag}")
@@ -132,7 +177,7 @@ def _build(task: HarborTask, tag: str, budget: float) -> None:
                 tag=tag,
                 rm=True,
                 forcerm=True,
-                pull=False,
+                pull=False,  # (the daemon still pulls a missing FROM image: _check_bases first)
                 network_mode="none",
                 labels={LABEL_TASK: task.name},
                 decode=True,

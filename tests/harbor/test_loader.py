@@ -205,3 +205,19 @@ def test_env_config_errors(make_task):
     assert env.task.path == root and env.max_turns == 3
     assert {s["function"]["name"] for s in env.tool_specs()} == {"bash", "read_file", "write_file", "submit"}
     env.close()
+
+
+def test_base_images_of_a_dockerfile():
+    from harbor_adapter.images import base_images
+
+    text = """
+    ARG V=1
+    FROM --platform=linux/amd64 skyrl-sandbox/python:latest AS build
+    RUN make
+    from build
+    FROM scratch
+    FROM debian:${V}
+    FROM skyrl-sandbox/minimal AS final
+    COPY --from=build /out /out
+    """
+    assert base_images(text) == ["skyrl-sandbox/python:latest", "skyrl-sandbox/minimal"]
