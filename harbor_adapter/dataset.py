@@ -18,7 +18,7 @@ from harbor_adapter.env import task_prompt
 from harbor_adapter.loader import load_tasks
 from harbor_adapter.types import HarborTask, TrialSettings
 
-__all__ = ["ENV_ID", "task_rows", "prompt_items", "rollout_timeouts"]
+__all__ = ["ENV_ID", "task_rows", "prompt_items", "rollout_timeouts", "rollout_plan"]
 
 #: The registered id of :class:`~harbor_adapter.env.TerminalEnv`.
 ENV_ID = "harbor"
@@ -68,3 +68,15 @@ def rollout_timeouts(tasks: list[HarborTask], settings: TrialSettings | None = N
         "env_step_timeout_s": step,
         "episode_deadline_s": build + s.start_timeout_s + agent + verifier + 120,
     }
+
+
+def rollout_plan(
+    tasks_dir: str | Path, *, max_turns: int, limit: int | None = None, **settings: Any
+) -> tuple[list, dict[str, float]]:
+    """What ``skyrl rollout --harbor TASKS_DIR`` plays: the prompt items (the env's
+    ``max_turns`` equal to the runtime's, so the verifier runs on the last turn at the latest)
+    and the ``RolloutConfig`` step deadline that fits the tasks' builds and verifiers."""
+    items = prompt_items(tasks_dir, max_turns=max_turns, limit=limit, **settings)
+    tasks = load_tasks(tasks_dir)
+    timeouts = rollout_timeouts(tasks, TrialSettings(**settings))
+    return items, {"env_step_timeout_s": timeouts["env_step_timeout_s"]}
