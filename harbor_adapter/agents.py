@@ -98,7 +98,7 @@ def run_scripted(
         reward = None
     finally:
         try:
-            metrics = env.get_metrics()
+            metrics = {**env.get_metrics(), **env.timings()}
         finally:
             env.close()
     if env.verifier is not None and env.verifier.error is None and error is None:

@@ -265,7 +265,12 @@ class TerminalEnv(BaseTextEnv):
         if not result.ok:
             raise RewardError(f"task {self.task.name!r}: {result.error}")
         meta.update(
-            verifier={"reward": result.reward, "metrics": dict(result.metrics), "exit_code": result.exit_code}
+            verifier={
+                "reward": result.reward,
+                "metrics": dict(result.metrics),
+                "exit_code": result.exit_code,
+            },
+            timings=self.timings(),
         )
         return BaseTextEnvStepOutput(
             observations=[],
@@ -295,15 +300,23 @@ class TerminalEnv(BaseTextEnv):
             "tool_calls": self.tool_calls,
             "format_errors": self.format_errors,
             "commands": trial.commands if trial else 0,
-            "build_seconds": trial.build_seconds if trial else 0.0,
-            "start_seconds": trial.start_seconds if trial else 0.0,
-            "agent_seconds": trial.agent_seconds if trial else 0.0,
-            "verifier_seconds": result.seconds if result else 0.0,
             "verifier_error": bool(result is not None and not result.ok),
         }
         if result is not None and result.ok:
             metrics.update({f"verifier/{k}": v for k, v in result.metrics.items()})
         return metrics
+
+    def timings(self) -> dict[str, float]:
+        """Seconds spent building, starting, in the agent phase and in the verifier (kept out of
+        ``get_metrics``, which must be the same for the same actions; the last step's metadata
+        carries them)."""
+        trial, result = self.trial, self.verifier
+        return {
+            "build_seconds": trial.build_seconds if trial else 0.0,
+            "start_seconds": trial.start_seconds if trial else 0.0,
+            "agent_seconds": trial.agent_seconds if trial else 0.0,
+            "verifier_seconds": result.seconds if result else 0.0,
+        }
 
     def close(self) -> None:
         """Remove the container. Idempotent."""

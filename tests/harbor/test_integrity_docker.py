@@ -134,7 +134,7 @@ def test_command_deadline_and_agent_budget(make_task):
                 end = out
                 break
         assert end is not None and end.reward == 0.0 and end.metadata["verifier"]["reward"] == 0.0
-        assert env.get_metrics()["agent_seconds"] < 6 and not env.submitted
+        assert env.timings()["agent_seconds"] < 6 and not env.submitted
     finally:
         env.close()
 
