@@ -88,3 +88,21 @@ def test_harbor_rejects_what_we_reject(harbor_python, make_task):
         timeout=300,
     )
     assert proc.returncode != 0 and "network_mode" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("env_table", "mode"),
+    [("allow_internet = true", "public"), ("allow_internet = false", "no-network"), ("", None)],
+)
+def test_older_allow_internet_reads_the_same(harbor_python, make_task, env_table, mode):
+    from harbor_adapter import load_task
+
+    root = make_task("legacy", toml=f'[environment]\ndocker_image = "x"\n{env_table}\n')
+    code = "import sys; from harbor.models.task.task import Task; print(Task(sys.argv[1]).config.environment.network_mode.value)"
+    proc = subprocess.run([harbor_python, "-c", code, str(root)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ours = load_task(root).config.environment.network_mode.value
+    if mode is None:  # unset: Harbor gives a network, we give none (decision 0012)
+        assert (proc.stdout.strip(), ours) == ("public", "no-network")
+    else:
+        assert proc.stdout.strip() == ours == mode
