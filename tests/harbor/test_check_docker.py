@@ -46,7 +46,7 @@ def test_broken_tasks_fail_with_reasons(make_task, tmp_path, capsys):
     make_task("e-broken-toml", toml="[agent\n")
     make_task("f-no-solution", test_sh=good, solve_sh=None)
     make_task("g-hangs", test_sh=good, solve_sh="sleep 60\n")
-    code = run_cli(["harbor", "check", str(tmp_path), "--command-timeout", "2"])
+    code = run_cli(["harbor", "check", str(tmp_path), "--command-timeout", "2", "--jobs", "2"])
     table = capsys.readouterr().out
     assert code == 1
     lines = {
