@@ -12,14 +12,18 @@ and no network unless the task's ``network_mode`` is ``public``. ``tests/`` and 
 are not in the image (the build context is ``environment/``) nor in the container while the
 agent works.
 
-The verifier phase, in order: kill every process the agent left (a background writer cannot
-forge the reward afterwards), remove ``/logs/verifier`` and ``/tests``, copy ``tests/`` in, run
-``tests/test.sh`` under ``[verifier].timeout_sec``, read ``reward.json`` else ``reward.txt``.
+The verifier phase, in order: restart the container through the daemon (every process the
+agent left dies, so a background writer cannot forge the reward afterwards; files stay), remove
+``/logs/verifier`` and ``/tests`` and check through the daemon that they are empty, copy
+``tests/`` in, run ``tests/test.sh`` under ``[verifier].timeout_sec``, read ``reward.json`` else
+``reward.txt`` through the daemon (not with the container's own, replaceable, tools).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
+import tarfile
 import threading
 import time
 from dataclasses import replace
@@ -30,23 +34,24 @@ from harbor_adapter.images import ensure_image, image_workdir
 from harbor_adapter.reward import REWARD_JSON, REWARD_TXT, VERIFIER_DIR, parse_reward
 from harbor_adapter.types import HarborTask, TrialSettings, VerifierResult
 from skyrl_gym.errors import SandboxError
+from skyrl_gym.sandbox._dockerlib import docker_module
 from skyrl_gym.sandbox.docker import DockerSandbox
 from skyrl_gym.sandbox.types import (
     DockerProfile,
     DockerSandboxConfig,
     ExecResult,
     MiB,
-    SandboxFileNotFoundError,
     SandboxLimits,
 )
 
 __all__ = ["Trial", "TESTS_DIR"]
 
 TESTS_DIR = "/tests"
-_PREPARE = (
-    "kill -KILL -1 2>/dev/null; sleep 0.1; kill -KILL -1 2>/dev/null; "
-    f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} {TESTS_DIR}"
-)
+_PREPARE = f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} {TESTS_DIR}"
+# an agent command runs in bash where the image has it, else in sh
+_SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; else exec sh -c "$1"; fi'
+#: Largest verifier file read back (reward files, the test output).
+_READ_MAX = 1024 * 1024
 
 
 class Trial:
@@ -160,7 +165,7 @@ class Trial:
 
     # -- agent phase ---------------------------------------------------------------------------
     def run(self, command: str, *, timeout: float | None = None) -> ExecResult:
-        """Run an agent command (bash) in the task's working directory. Its deadline is the
+        """Run an agent command (``bash -c``, or ``sh -c`` without bash) in the working directory. Its deadline is the
         smallest of ``timeout``, ``command_timeout_s`` and the agent time left; past the agent
         budget it raises :class:`TrialTimeoutError` without running."""
         box = self._box()
@@ -171,7 +176,7 @@ class Trial:
             raise TrialTimeoutError(f"the agent phase's budget of {self.agent_budget_s:g} s is spent")
         limit = min(self.settings.command_timeout_s, left, timeout or float("inf"))
         self.commands += 1
-        return box.exec(["bash", "-c", command], timeout=max(limit, 0.1))
+        return box.exec(["/bin/sh", "-c", _SHELL, "agent-command", command], timeout=max(limit, 0.1))
 
     def read_file(self, path: str, max_bytes: int) -> bytes:
         """Read a file in the container as the agent would (relative to the working directory)."""
@@ -200,20 +205,38 @@ class Trial:
         box = self._box()
         self.end_agent_phase()
         t0 = time.monotonic()
+        # Every process the agent started dies: the daemon restarts the container (its files stay).
+        # A background writer cannot touch the reward afterwards, whatever binaries it replaced.
+        try:
+            box.container.restart(timeout=0)
+        except Exception as exc:  # noqa: BLE001 - the daemon's error types vary
+            raise TrialError(
+                f"could not restart {self.task.name!r}'s container for the verifier: {exc}"
+            ) from exc
         prep = box.exec(["/bin/sh", "-c", _PREPARE], timeout=30, workdir="/")
-        if prep.timed_out or not _dirs_ready(box):
-            raise TrialError(f"could not prepare the verifier in {self.task.name!r}: {prep.stderr[-500:]}")
+        # checked through the daemon, not the container's own (replaceable) tools
+        if (
+            prep.timed_out
+            or _daemon_entries(box, VERIFIER_DIR) != []
+            or _daemon_entries(box, TESTS_DIR) != []
+        ):
+            raise TrialError(
+                f"could not empty {VERIFIER_DIR} and {TESTS_DIR} in {self.task.name!r}: {prep.stderr[-500:]}"
+            )
         box.upload(self.task.tests_dir, TESTS_DIR)
         run = box.exec(
             [
-                "bash",
+                "/bin/sh",
                 "-c",
                 f"chmod +x {TESTS_DIR}/test.sh; {TESTS_DIR}/test.sh > {VERIFIER_DIR}/test-stdout.txt 2>&1",
             ],
             timeout=self.verifier_timeout_s,
             env=dict(self.task.config.verifier.env),
         )
-        output = _read_optional(box, f"{VERIFIER_DIR}/test-stdout.txt") or b""
+        try:
+            output = _daemon_read(box, f"{VERIFIER_DIR}/test-stdout.txt") or b""
+        except RewardError:
+            output = b""
         tail = output.decode("utf-8", "replace")[-2000:]
         seconds = time.monotonic() - t0
         if run.timed_out:
@@ -226,30 +249,52 @@ class Trial:
                 output=tail,
             )
         try:
-            reward, metrics = parse_reward(_read_optional(box, REWARD_JSON), _read_optional(box, REWARD_TXT))
+            reward, metrics = parse_reward(_daemon_read(box, REWARD_JSON), _daemon_read(box, REWARD_TXT))
         except RewardError as exc:
             return VerifierResult(None, error=str(exc), exit_code=run.exit_code, seconds=seconds, output=tail)
         return VerifierResult(reward, metrics, exit_code=run.exit_code, seconds=seconds, output=tail)
 
 
-def _dirs_ready(box: DockerSandbox) -> bool:
-    check = box.exec(
-        f'[ -d {VERIFIER_DIR} ] && [ -z "$(ls -A {VERIFIER_DIR})" ] && [ -z "$(ls -A {TESTS_DIR})" ]',
-        timeout=30,
-        workdir="/",
-    )
-    return check.exit_code == 0
-
-
-def _read_optional(box: DockerSandbox, path: str) -> bytes | None:
+def _archive(box: DockerSandbox, path: str) -> tarfile.TarFile | None:
+    """``path`` as the daemon reads it from the container's filesystem (no process inside the
+    container is involved), or None when it does not exist."""
     try:
-        return box.read_file(path, max_bytes=1024 * 1024)
-    except SandboxFileNotFoundError:
+        stream, _ = box.container.get_archive(path)
+    except docker_module().errors.NotFound:
         return None
-    except SandboxError as exc:
-        if "not a regular file" in str(exc) or "max_bytes" in str(exc):
-            raise RewardError(f"{path}: {exc}") from None
-        raise
+    buf = io.BytesIO()
+    for chunk in stream:
+        buf.write(chunk)
+        if buf.tell() > 4 * _READ_MAX:
+            raise RewardError(f"{path} is larger than {4 * _READ_MAX} bytes")
+    buf.seek(0)
+    return tarfile.open(fileobj=buf, mode="r:")
+
+
+def _daemon_entries(box: DockerSandbox, path: str) -> list[str] | None:
+    """The names inside directory ``path`` (None when it is missing or not a directory)."""
+    tar = _archive(box, path)
+    if tar is None:
+        return None
+    members = tar.getmembers()
+    if not members or not members[0].isdir():
+        return None
+    return [m.name for m in members[1:]]
+
+
+def _daemon_read(box: DockerSandbox, path: str) -> bytes | None:
+    """The bytes of file ``path`` read by the daemon, None when it does not exist; a link or a
+    directory there is a :class:`RewardError`."""
+    tar = _archive(box, path)
+    if tar is None:
+        return None
+    member = tar.getmembers()[0]
+    if not member.isfile():
+        raise RewardError(f"{path} is not a regular file")
+    if member.size > _READ_MAX:
+        raise RewardError(f"{path} is {member.size} bytes, more than {_READ_MAX}")
+    data = tar.extractfile(member)
+    return data.read() if data is not None else b""
 
 
 def _start_with_deadline(config: DockerSandboxConfig, timeout_s: float, task: str) -> DockerSandbox:

@@ -49,6 +49,21 @@ def test_forged_reward_files_and_background_writers_are_ignored(make_task):
     assert (honest.reward, honest.error) == (1.0, None)
 
 
+def test_replaced_tools_cannot_forge_the_reward(make_task):
+    """The agent is root in its container: it plants a reward and replaces rm and cat. The
+    verifier empties /logs/verifier and checks it through the daemon: an error, never the 1."""
+    task = load_task(make_task("tools", test_sh=CONDITIONAL))
+    forge = [
+        bash("mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt"),
+        bash(
+            "printf '#!/bin/sh\\nexit 0\\n' > /tmp/noop && chmod +x /tmp/noop && cp /tmp/noop /bin/rm && cp /tmp/noop /bin/cat"
+        ),
+        SUBMIT,
+    ]
+    out = run_scripted(task, forge, agent="forger")
+    assert out.reward is None and "could not empty /logs/verifier" in out.error
+
+
 @pytest.mark.parametrize(
     ("test_sh", "message"),
     [
