@@ -3,7 +3,10 @@
 A row is what ``skyrl rollout --prompts`` and the trainers read::
 
     {"id": "fix-median", "env_id": "harbor", "prompt": [...system, user...],
-     "env_config": {"max_turns": 20}, "extras": {"task_dir": "/abs/path/fix-median"}}
+     "env_config": {"max_turns": 20}, "extras": {"task_dir": "/abs/path/fix-median", "max_turns": 20}}
+
+``max_turns`` should equal the runtime's (``--max-turns``), so that the env ends the episode and
+runs the verifier at the latest on the last turn the runtime allows.
 
 :func:`rollout_timeouts` gives the runtime deadlines that fit the tasks: an env call that
 builds an image or runs a verifier takes longer than a tool call.
@@ -36,7 +39,7 @@ def task_rows(tasks_dir: str | Path, *, max_turns: int = 20, **settings: Any) ->
                 "env_id": ENV_ID,
                 "prompt": task_prompt(task),
                 "env_config": {"max_turns": max_turns, **settings},
-                "extras": {"task_dir": str(task.path)},
+                "extras": {"task_dir": str(task.path), "max_turns": max_turns},
             }
         )
     return rows

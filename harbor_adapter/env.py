@@ -15,7 +15,9 @@ reward (on the last turn, 0 before). A verifier that leaves no usable reward, or
 that fails, raises out of ``step`` (:class:`~harbor_adapter.errors.TrialError`): the runtime
 records the episode as masked, never as reward 0.
 
-``extras``: ``task_dir`` (a task folder), or ``task`` (a name) with ``env_config["tasks_dir"]``.
+``extras``: ``task_dir`` (a task folder), or ``task`` (a name) with ``env_config["tasks_dir"]``,
+and optionally ``max_turns``; both may also sit under ``extras["extras"]`` (a whole dataset row
+passed as extras, as the trainers do).
 ``env_config``: ``max_turns``, ``parser`` and any :class:`~harbor_adapter.types.TrialSettings`
 field (``command_timeout_s``, ``agent_timeout_s``...). The container starts in ``init``.
 """
@@ -85,11 +87,23 @@ def _settings_and_options(env_config: Any) -> tuple[TrialSettings, int, str, str
     return settings, max_turns, parser, None if tasks_dir is None else str(tasks_dir)
 
 
+def _from_row(extras: Any, key: str) -> Any:
+    """``extras[key]``, or ``extras["extras"][key]`` when the whole dataset row is the extras
+    (the trainers' convention; rows of ``skyrl harbor prompts`` keep the key under ``extras``)."""
+    if not hasattr(extras, "get"):
+        return None
+    value = extras.get(key)
+    inner = extras.get("extras")
+    if value is None and hasattr(inner, "get"):
+        value = inner.get(key)
+    return value
+
+
 def _resolve_task(extras: Any, tasks_dir: str | None) -> HarborTask:
-    task_dir = extras.get("task_dir") if hasattr(extras, "get") else None
+    task_dir = _from_row(extras, "task_dir")
     if task_dir:
         return load_task(task_dir)
-    name = extras.get("task") if hasattr(extras, "get") else None
+    name = _from_row(extras, "task")
     if name and tasks_dir:
         from harbor_adapter.loader import load_tasks
 
@@ -188,6 +202,11 @@ class TerminalEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: Any = None) -> None:
         super().__init__(env_config, extras)
         self.settings, self.max_turns, self.parser, tasks_dir = _settings_and_options(env_config or {})
+        row_turns = _from_row(self.extras, "max_turns")  # a row may set its own turn limit
+        if row_turns is not None:
+            self.max_turns = int(row_turns)
+            if self.max_turns < 1:
+                raise ConfigError(f"harbor env: max_turns must be >= 1, got {self.max_turns}")
         self.task = _resolve_task(self.extras, tasks_dir)
         self.trial: Trial | None = None
         self.init_tool_groups([TerminalTools(self)])

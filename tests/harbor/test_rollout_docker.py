@@ -117,3 +117,47 @@ def test_skyrl_rollout_harbor_with_the_bundled_model(one_task, tmp_path, base_im
         assert not row["masked"] and row["reward"] in (0.0, 1.0)
         assert row["rollout_logprobs"] and len(row["response_ids"]) == len(row["loss_mask"])
         assert "verifier_error" in row["env_metrics"] and row["env_metrics"]["verifier_error"] is False
+
+
+@pytest.mark.slow
+def test_a_training_step_on_harbor_rows(one_task, tmp_path, base_images):
+    """`skyrl harbor prompts` rows train with the native trainer (`skyrl train --env harbor
+    --data rows.jsonl`): one GRPO step of a tiny model, rewards from the task's verifier."""
+    from harbor_adapter.cli import add_command
+    from skyrl_agent.models import tiny_random_model
+    from trainers.config import TrainConfig
+    from trainers.loop import train
+
+    model_dir = tmp_path / "tiny"
+    model, tok = tiny_random_model(hidden_size=32, num_layers=1)
+    model.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    rows = tmp_path / "rows.jsonl"
+    parser = argparse.ArgumentParser()
+    add_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["harbor", "prompts", str(one_task), "--max-turns", "2", "--out", str(rows)])
+    assert args.handler(args) == 0
+    cfg = TrainConfig(
+        env="harbor",
+        data=str(rows),
+        model=str(model_dir),
+        run_dir=str(tmp_path / "run"),
+        steps=1,
+        prompts_per_step=1,
+        group_size=2,
+        train_prompts=0,
+        eval_prompts=0,
+        max_turns=2,
+        max_tokens_per_turn=8,
+        bf16=False,
+        skip_equal_reward_groups=False,
+        threads=1,
+        progress=False,
+    )
+    result = train(cfg)
+    assert result.steps == 1
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    step = [m for m in logged if m.get("step") == 1 and m.get("kind") == "train"][-1]
+    assert (step["episodes"], step["masked"], step["reward_mean"], step["turns_mean"]) == (2, 0, 0.0, 2.0)
+    trajs = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
+    assert {t["env_id"] for t in trajs} == {"harbor"} and all(t["turn_rewards"] == [0.0, 0.0] for t in trajs)
