@@ -11,6 +11,7 @@ The ``harbor`` env is registered through the ``skyrl_gym.envs`` entry point (and
 checkouts without an installed entry point, when this package is imported).
 """
 
+from harbor_adapter.check import TaskCheck, check_tasks
 from harbor_adapter.errors import (
     HarborTaskError,
     ImageBuildError,
@@ -39,6 +40,7 @@ __all__ = [
     "RewardError",
     "TaskConfig",
     "TaskConfigError",
+    "TaskCheck",
     "TaskFileMissingError",
     "TrialError",
     "TrialOutcome",
@@ -69,13 +71,6 @@ def register_env() -> None:
             description="Harbor tasks with a terminal (bash, files) in Docker; reward from the task's verifier",
             source="plugin:harbor_adapter",
         )
-
-
-def check_tasks(*args, **kwargs):  # noqa: ANN002, ANN003, ANN201 - re-export without importing docker early
-    """See :func:`harbor_adapter.check.check_tasks`."""
-    from harbor_adapter.check import check_tasks as run
-
-    return run(*args, **kwargs)
 
 
 register_env()

@@ -108,7 +108,7 @@ def test_skyrl_rollout_harbor_with_the_tiny_model(one_task, tmp_path, base_image
 @pytest.mark.slow
 def test_skyrl_rollout_harbor_with_the_bundled_model(one_task, tmp_path, base_images):
     out = tmp_path / "traj.jsonl"
-    argv = ["rollout", "--harbor", str(one_task), "--max-turns", "2", "--max-tokens", "24"]
+    argv = ["rollout", "--harbor", str(one_task), "--max-turns", "1", "--max-tokens", "16"]
     argv += ["--temperature", "0.8", "--out", str(out), "--quiet", "--threads", "2"]
     assert run_rollout_cli(argv) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
