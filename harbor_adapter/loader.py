@@ -12,6 +12,7 @@ knows but this adapter does not act on are kept in ``TaskConfig.ignored``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import tomllib
@@ -306,6 +307,11 @@ def load_task(path: str | Path) -> HarborTask:
             f"{root}: no tests/test.sh (the verifier; it writes /logs/verifier/reward.txt or reward.json)"
         )
     task = HarborTask(root, config.name or root.name, config, instruction)
+    if task.compose_file is not None and task.dockerfile is not None:  # the main service only
+        task = dataclasses.replace(
+            task,
+            config=dataclasses.replace(config, ignored=(*config.ignored, "environment/docker-compose.yaml")),
+        )
     if task.dockerfile is None and config.environment.docker_image is None:
         if task.compose_file is not None:
             raise UnsupportedTaskError(

@@ -151,6 +151,12 @@ def test_missing_files(make_task, tmp_path):
     root = make_task("p", toml="[agent]\ntimeout_sec = 5\n")
     with pytest.raises(TaskFileMissingError, match="no environment/Dockerfile and no"):
         load_task(root)
+    both = make_task(
+        "r",
+        dockerfile="FROM skyrl-sandbox/minimal\n",
+        files={"environment/docker-compose.yaml": "services: {}\n"},
+    )
+    assert "environment/docker-compose.yaml" in load_task(both).config.ignored  # the Dockerfile is used
     root = make_task(
         "q", toml="[agent]\ntimeout_sec = 5\n", files={"environment/docker-compose.yaml": "services: {}\n"}
     )
