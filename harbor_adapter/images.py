@@ -7,11 +7,13 @@ network (``FROM`` must name a local image, e.g. ``skyrl-sandbox/python``; see
 processes (a lock file), so many episodes of one task build it once.
 
 The deadline (``[environment].build_timeout_sec``) is enforced on the client: when it passes,
-the build's connection is closed, which makes the daemon cancel the build.
+the container of the running ``RUN`` step is killed (the build fails there) and the build's
+connection is closed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -37,6 +39,7 @@ __all__ = [
 
 IMAGE_REPO = "skyrl-harbor"
 LABEL_TASK = "skyrl.harbor.task"
+_RUNNING = re.compile(r"Running in ([0-9a-f]{12,64})")
 _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()
 
@@ -167,6 +170,7 @@ def _build(task: HarborTask, tag: str, budget: float) -> None:
     api = docker.APIClient(**docker.utils.kwargs_from_env(), timeout=max(1, int(budget) + 1))
     log: list[str] = []
     error: list[str] = []
+    running: list[str] = []  # the container of the RUN step in progress (legacy builder)
     done = threading.Event()
 
     def run() -> None:
@@ -184,6 +188,9 @@ def _build(task: HarborTask, tag: str, budget: float) -> None:
             ):
                 if "stream" in chunk:
                     log.append(chunk["stream"])
+                    found = _RUNNING.search(chunk["stream"])
+                    if found:
+                        running.append(found.group(1))
                 if "error" in chunk:
                     error.append(str(chunk["error"]))
                 if done.is_set():
@@ -199,7 +206,11 @@ def _build(task: HarborTask, tag: str, budget: float) -> None:
     finished = done.wait(budget)
     if not finished:
         done.set()
-        api.close()  # drops the connection: the daemon cancels the build
+        # the daemon does not always notice a dropped connection: stop the step that runs
+        for cid in running[-1:]:
+            with contextlib.suppress(Exception):
+                api.kill(cid)
+        api.close()
         thread.join(5)
         raise TrialTimeoutError(
             f"task {task.name!r}: building {tag} took longer than {budget:.0f} s "

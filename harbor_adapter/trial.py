@@ -138,7 +138,11 @@ class Trial:
             labels={"harbor.task": self.task.name},
         )
         t0 = time.monotonic()
-        self.sandbox = _start_with_deadline(config, self.settings.start_timeout_s, self.task.name)
+        sandbox = _start_with_deadline(config, self.settings.start_timeout_s, self.task.name)
+        if self._closed:  # closed from another thread while the container started
+            sandbox.close()
+            raise TrialError("the trial was closed while its container started")
+        self.sandbox = sandbox
         self.start_seconds = time.monotonic() - t0
         with contextlib.suppress(SandboxError):  # Harbor's layout: the agent may log to /logs/agent
             self.sandbox.exec(f"mkdir -p /logs/agent {VERIFIER_DIR}", timeout=30, workdir="/")

@@ -82,22 +82,26 @@ def base_images() -> None:
     build_images(["minimal", "python"], log=lambda line: print(f"[images] {line}"))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def no_leaked_task_containers():
-    """After the session, no task container made by this process is left."""
+def _my_task_containers(client) -> list:
+    return client.containers.list(
+        all=True, filters={"label": [f"skyrl.owner.pid={os.getpid()}", "harbor.task"]}
+    )
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_task_containers(request):
+    """After each Docker test, no task container made by this process is left."""
     yield
-    if not docker_available():
+    if request.node.get_closest_marker("docker") is None or not docker_available():
         return
     import docker
 
     client = docker.from_env()
     try:
-        left = client.containers.list(
-            all=True, filters={"label": [f"skyrl.owner.pid={os.getpid()}", "harbor.task"]}
-        )
+        left = _my_task_containers(client)
         names = [c.name for c in left]
         for c in left:
             c.remove(force=True)
     finally:
         client.close()
-    assert not names, f"task containers leaked by the Harbor tests: {names}"
+    assert not names, f"task containers leaked by {request.node.name}: {names}"

@@ -5,7 +5,9 @@ never sees the tests or the solution, deadlines hold."""
 from __future__ import annotations
 
 import time
+import uuid
 
+import docker
 import pytest
 
 from harbor_adapter import load_task
@@ -203,13 +205,20 @@ def test_build_deadline_cache_and_missing_image(make_task, base_images):
     [environment]
     build_timeout_sec = 2
     """
-    slow = load_task(
-        make_task("slowbuild", toml=toml, dockerfile="FROM skyrl-sandbox/minimal:latest\nRUN sleep 60\n")
-    )
+    nonce = uuid.uuid4().hex  # new content: a build that must run
+    dockerfile = f"FROM skyrl-sandbox/minimal:latest\nRUN sleep 60 # {nonce}\n"
+    slow = load_task(make_task("slowbuild", toml=toml, dockerfile=dockerfile))
     t0 = time.monotonic()
     with pytest.raises(TrialTimeoutError, match="took longer than 2 s"):
         Trial(slow).start()
     assert time.monotonic() - t0 < 10
+    time.sleep(1)
+    client = docker.from_env()
+    try:  # the build's RUN step was stopped, not left running to completion
+        running = [c for c in client.containers.list() if nonce in " ".join(c.attrs["Config"]["Cmd"] or [])]
+        assert not running
+    finally:
+        client.close()
     quick = load_task(
         make_task("quick", toml="", dockerfile="FROM skyrl-sandbox/minimal:latest\nRUN echo built > /built\n")
     )
