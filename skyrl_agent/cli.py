@@ -52,7 +52,10 @@ def add_eval_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_common(p: argparse.ArgumentParser, temperature: float) -> None:
-    p.add_argument("--env", required=True, help="registered env id (see `skyrl envs`)")
+    p.add_argument("--env", help="registered env id (see `skyrl envs`); required unless --harbor")
+    p.add_argument(
+        "--harbor", metavar="TASKS_DIR", help="play the Harbor tasks of a folder (the `harbor` env)"
+    )
     p.add_argument(
         "--model", default="smollm2-135m", help="model directory, or 'smollm2-135m' (bundled, default)"
     )
@@ -137,7 +140,15 @@ def _play(args: argparse.Namespace):  # noqa: ANN202 - a RolloutResult
     from skyrl_agent.types import RolloutConfig, SamplingParams
     from skyrl_gym.errors import ConfigError
 
-    if args.prompts:
+    overrides: dict = {}
+    if args.harbor:  # Harbor tasks: the harbor_adapter package makes the rows and step deadlines
+        from harbor_adapter.dataset import rollout_plan
+
+        args.env = "harbor"
+        items, overrides = rollout_plan(args.harbor, max_turns=args.max_turns, limit=args.num_prompts)
+    elif not args.env:
+        raise ConfigError("give --env ENV_ID (see `skyrl envs`) or --harbor TASKS_DIR")
+    elif args.prompts:
         items = load_prompts(args.prompts, env_id=args.env, limit=args.num_prompts)
     else:
         items = prompts_from_example(args.env, args.num_prompts or 1)
@@ -153,6 +164,7 @@ def _play(args: argparse.Namespace):  # noqa: ANN202 - a RolloutResult
         n_samples=args.n,
         concurrency=args.concurrency,
         seed=args.seed,
+        **overrides,
     )
     template = args.template
     if template and template.endswith(".jinja"):
