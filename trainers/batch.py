@@ -43,6 +43,10 @@ class TrainBatch:
     """Advantages per token, once computed (zero where ``mask_BT`` is 0)."""
     old_logprobs_BT: torch.Tensor | None = None
     """Logprobs under the policy before this step's first update (for several updates per batch)."""
+    old_values_BT: torch.Tensor | None = None
+    """The critic's values when the batch was scored (GAE; the value loss clips against them)."""
+    returns_BT: torch.Tensor | None = None
+    """The critic's targets (GAE: advantages plus old values)."""
 
     @property
     def num_tokens(self) -> int:
@@ -69,6 +73,8 @@ class TrainBatch:
             group_ids_B=self.group_ids_B[idx],
             advantages_BT=cut(self.advantages_BT),
             old_logprobs_BT=cut(self.old_logprobs_BT),
+            old_values_BT=cut(self.old_values_BT),
+            returns_BT=cut(self.returns_BT),
         )
 
 
