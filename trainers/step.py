@@ -133,6 +133,8 @@ def train_step(
         local.old_logprobs_BT = old_logprobs(model, local, cfg.micro_batch_size, cfg.bf16, cfg.fused_head)
     stats = StepStats(num_tokens=batch.num_tokens, num_sequences=B)
     sums: dict[str, float] = {"policy": 0.0, "kl": 0.0, "entropy": 0.0, "clip": 0.0, "approx_kl": 0.0}
+    if pcfg.truncated_is:
+        sums.update(tis_weight=0.0, rollout_kl=0.0)
     if critic is not None:
         sums.update(value_loss=0.0, value_clip=0.0, explained_variance=0.0)
     ratio_max = 0.0
@@ -176,6 +178,9 @@ def train_step(
             sums["policy"] += pstats.loss * share
             sums["clip"] += (pstats.clip_frac_low + pstats.clip_frac_high) * n_tok
             sums["approx_kl"] += pstats.approx_kl * n_tok
+            if pcfg.truncated_is:
+                sums["tis_weight"] += pstats.tis_weight_mean * n_tok
+                sums["rollout_kl"] += (pstats.rollout_kl or 0.0) * n_tok
             ratio_max = max(ratio_max, pstats.ratio_max)
             if cfg.kl_coef > 0:
                 if ref_logprobs_fn is None:
@@ -234,6 +239,9 @@ def train_step(
     stats.loss = stats.policy_loss
     stats.lr = float(optimizer.param_groups[0]["lr"])
     stats.seconds = time.perf_counter() - start
+    if pcfg.truncated_is:  # how far the sampler's logprobs were from the trainer's
+        stats.extra["tis_weight_mean"] = sums["tis_weight"] / (total_tokens * updates)
+        stats.extra["rollout_kl"] = sums["rollout_kl"] / (total_tokens * updates)
     if critic is not None:
         stats.extra["value_loss"] = sums["value_loss"] / updates
         stats.extra["value_clip_frac"] = sums["value_clip"] / (total_tokens * updates)
