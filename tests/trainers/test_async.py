@@ -47,7 +47,7 @@ def test_staleness_never_exceeds_the_bound_and_every_step_runs(k):
 
 
 def test_the_next_batch_is_generated_while_the_trainer_trains():
-    started, _, _ = run_fake(1, steps=4)
+    started, _, _ = run_fake(1, steps=4, train_s=0.2)
     # batch s + 1 started at version s - 1, i.e. before the train step on batch s had finished
     assert [(s, v) for s, v in started if s > 1] == [(2, 0), (3, 1), (4, 2)]
 
