@@ -9,6 +9,7 @@ tokens. The logprob of token ``t`` is read from the logits at ``t - 1``, so all 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -52,6 +53,19 @@ class TrainBatch:
     def num_tokens(self) -> int:
         """Trained tokens in the batch."""
         return int(self.mask_BT.sum())
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        """The same batch with every tensor on ``device`` (``self`` when already there)."""
+        device = torch.device(device)
+        if self.input_ids_BT.device == device:
+            return self
+        return TrainBatch(
+            **{
+                f.name: (v.to(device) if isinstance(v, torch.Tensor) else v)
+                for f in dataclasses.fields(self)
+                for v in [getattr(self, f.name)]
+            }
+        )
 
     def select(self, idx: torch.Tensor | slice) -> TrainBatch:
         """The rows ``idx`` (for micro-batches), trimmed to their longest real sequence."""

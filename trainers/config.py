@@ -131,6 +131,10 @@ class TrainConfig:
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     """Under torchrun (WORLD_SIZE > 1): the process-group backend; 'auto' is NCCL with FSDP2 on
     CUDA, gloo data parallelism on CPU. Ignored in a single process."""
+    fsdp: bool | None = None
+    """Under torchrun: shard the model with FSDP2 instead of replicating it (None: on with NCCL,
+    off with gloo; --fsdp on gloo runs the GPU code path on CPU, as the tests do). With FSDP2 the
+    logprobs take the full-logits path, and a critic or a KL reference is not supported yet."""
     # ---------------------------------------------------------------- bookkeeping
     run_dir: str = "runs/calculator"
     """Where metrics, trajectories, checkpoints and plots go."""

@@ -162,10 +162,13 @@ SINGLE = DistContext()
 """The context of a plain single-process run."""
 
 
-def init_distributed(backend: DistBackend = "auto", timeout_s: float = 1800.0) -> DistContext:
+def init_distributed(
+    backend: DistBackend = "auto", timeout_s: float = 1800.0, fsdp: bool | None = None
+) -> DistContext:
     """Join the process group ``torchrun`` describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...).
 
-    ``backend="auto"``: NCCL (with FSDP2) when CUDA is available, else gloo. Without
+    ``backend="auto"``: NCCL when CUDA is available, else gloo. ``fsdp``: shard the model with
+    FSDP2 (``None``: with NCCL yes, with gloo no; FSDP2 on gloo runs on CPU). Without
     ``WORLD_SIZE`` > 1 in the environment this starts nothing and returns :data:`SINGLE`.
     ``timeout_s`` bounds every collective, so a rank that died never hangs the others forever."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -189,7 +192,11 @@ def init_distributed(backend: DistBackend = "auto", timeout_s: float = 1800.0) -
             timeout=datetime.timedelta(seconds=timeout_s),
         )
     return DistContext(
-        rank=rank, world_size=world_size, local_rank=local_rank, backend=backend, fsdp=backend == "nccl"
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        backend=backend,
+        fsdp=(backend == "nccl") if fsdp is None else fsdp,
     )
 
 

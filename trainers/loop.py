@@ -247,7 +247,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     Under ``torchrun`` (``WORLD_SIZE > 1``) every process calls this; see
     :mod:`trainers.distributed`."""
     owns_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
-    dist = init_distributed(cfg.dist_backend)
+    dist = init_distributed(cfg.dist_backend, fsdp=cfg.fsdp)
     try:
         return _train(cfg, dist)
     finally:
@@ -267,6 +267,11 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
             "asynchronous mode (--async-staleness > 0) does not run under torchrun yet: "
             "use one process, or --async-staleness 0 with several"
         )
+    if dist.fsdp:
+        if cfg.advantage == "gae" or cfg.kl_coef > 0:
+            raise ConfigError("FSDP2 runs support neither a critic (--advantage gae) nor --kl-coef > 0 yet")
+        # the fused head reads the decoder and head weights directly; FSDP2 gathers them in forward
+        cfg = dataclasses.replace(cfg, fused_head=False)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     run_dir = Path(cfg.run_dir)
@@ -434,7 +439,7 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
                 "staleness": (step - 1) - rb.policy_version,
             }
             if trainable:
-                batch = collate(trainable, pad_id=policy.pad_token_id)
+                batch = collate(trainable, pad_id=policy.pad_token_id).to(dist.device)
                 if critic is not None:
                     batch.old_values_BT = score_values(model, critic, batch, cfg.micro_batch_size, cfg.bf16)
                 adv = compute_advantages(

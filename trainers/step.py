@@ -67,16 +67,54 @@ def _micro_batches(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
+def _fsdp_clip(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Clip FSDP2's sharded gradients by the norm of the whole gradient (``max_norm`` 0: only
+    measure): the squares of each rank's disjoint shards, summed with one ``all_reduce``."""
+    local_sq = torch.zeros((), dtype=torch.float64, device=params[0].device if params else "cpu")
+    for p in params:
+        if p.grad is not None:
+            g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+            local_sq = local_sq + g.double().square().sum()
+    torch.distributed.all_reduce(local_sq)
+    norm = local_sq.sqrt().float()
+    if max_norm > 0:
+        coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(coef.to(p.grad.device))
+    return norm
+
+
+def _lockstep_micro_batches(n: int, size: int, dist: DistContext) -> list[slice | None]:
+    """This rank's micro-batches; with FSDP2 padded with ``None`` (a dummy pass) to the largest
+    count of any rank, since every rank must run the same number of forwards and backwards."""
+    mbs: list[slice | None] = list(_micro_batches(n, size))
+    if dist.fsdp and dist.enabled:
+        mbs += [None] * (max(dist.all_gather_objects(len(mbs))) - len(mbs))
+    return mbs
+
+
 @torch.no_grad()
 def old_logprobs(
-    model: torch.nn.Module, batch: TrainBatch, micro_batch_size: int, bf16: bool, fused_head: bool = True
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    micro_batch_size: int,
+    bf16: bool,
+    fused_head: bool = True,
+    dist: DistContext = SINGLE,
+    filler: TrainBatch | None = None,
 ) -> torch.Tensor:
     """Logprobs of ``batch``'s trained tokens under ``model`` now (0 elsewhere), without gradient,
-    padded like the batch."""
+    padded like the batch. With FSDP2, ``filler`` (any one-row batch) feeds the dummy passes."""
     out_BT = torch.zeros_like(batch.mask_BT)
-    for sl in _micro_batches(batch.input_ids_BT.shape[0], micro_batch_size):
+    for sl in _lockstep_micro_batches(batch.input_ids_BT.shape[0], micro_batch_size, dist):
+        if sl is None:  # FSDP2: keep the collectives in step with the other ranks
+            assert filler is not None
+            token_logprobs(model, filler.input_ids_BT, filler.attention_mask_BT, bf16=bf16, fused_head=False)
+            continue
         sub = batch.select(sl)
-        prefix = shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
+        # FSDP2: a shared-prefix pass is one more forward, which the other ranks might not run
+        prefix = 0 if dist.fsdp else shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
         lp_BT, _ = token_logprobs(
             model,
             sub.input_ids_BT,
@@ -120,6 +158,7 @@ def train_step(
     if critic is not None and (batch.returns_BT is None or batch.old_values_BT is None):
         raise ValueError("a critic needs batch.returns_BT and batch.old_values_BT (see trainers.critic)")
     start = time.perf_counter()
+    batch = batch.to(next(model.parameters()).device)
     model.train()
     pcfg = loss_config(cfg)
     kcfg = KLConfig(estimator=cfg.kl_estimator, coef=cfg.kl_coef)
@@ -129,8 +168,11 @@ def train_step(
     B_local = local.input_ids_BT.shape[0]
     # FSDP2 divides the reduced gradients by the world size; our shares already sum to 1
     loss_scale = float(dist.world_size) if dist.fsdp else 1.0
-    if cfg.updates_per_step > 1 and local.old_logprobs_BT is None and B_local:
-        local.old_logprobs_BT = old_logprobs(model, local, cfg.micro_batch_size, cfg.bf16, cfg.fused_head)
+    filler = batch.select(slice(0, 1))  # FSDP2's dummy passes run on it, with weight 0
+    if cfg.updates_per_step > 1 and local.old_logprobs_BT is None and (B_local or dist.fsdp):
+        local.old_logprobs_BT = old_logprobs(
+            model, local, cfg.micro_batch_size, cfg.bf16, cfg.fused_head, dist=dist, filler=filler
+        )
     stats = StepStats(num_tokens=batch.num_tokens, num_sequences=B)
     sums: dict[str, float] = {"policy": 0.0, "kl": 0.0, "entropy": 0.0, "clip": 0.0, "approx_kl": 0.0}
     if pcfg.truncated_is:
@@ -138,20 +180,27 @@ def train_step(
     if critic is not None:
         sums.update(value_loss=0.0, value_clip=0.0, explained_variance=0.0)
     ratio_max = 0.0
+    # (with FSDP2 the root module's parameters can be its unsharded copies here; the optimizer
+    # holds the sharded ones, which get the gradients: see _fsdp_clip's caller)
     params = [p for p in model.parameters() if p.requires_grad]
     if critic is not None:
         params += [p for p in critic.parameters() if p.requires_grad]
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
-        for sl in _micro_batches(B_local, cfg.micro_batch_size):
-            sub = local.select(sl)
+        for sl in _lockstep_micro_batches(B_local, cfg.micro_batch_size, dist):
+            dummy = sl is None  # FSDP2 only: a pass with weight 0, to keep collectives in step
+            sub = filler if sl is None else local.select(sl)
             n_tok = int(sub.mask_BT.sum())
-            if n_tok == 0:
+            if n_tok == 0 and not dist.fsdp:
                 continue
             # each micro-batch's reduced loss, scaled to its share of the full batch
             share = n_tok / total_tokens if pcfg.reduction == "token_mean" else sub.mask_BT.shape[0] / B
-            # rows of a micro-batch usually share their prompt's start: run it once
-            prefix = shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
+            if dummy:
+                share, n_tok = 0.0, 0
+                sub.old_logprobs_BT = None
+            # rows of a micro-batch usually share their prompt's start: run it once (not under
+            # FSDP2, where it is one more forward that other ranks might not run)
+            prefix = 0 if dist.fsdp else shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
             out = forward_logprobs(
                 model,
                 sub.input_ids_BT,
@@ -215,11 +264,16 @@ def train_step(
                 sums["explained_variance"] += vstats.explained_variance * n_tok
             (loss * (share * loss_scale)).backward()
         dist.all_reduce_gradients(params)  # sum over ranks: the whole batch's gradient
+        if dist.fsdp:  # sharded gradients: the norm of the whole gradient, then scale
+            sharded = [p for group in optimizer.param_groups for p in group["params"]]
+            stats.grad_norm = float(_fsdp_clip(sharded, cfg.grad_clip))
+            optimizer.step()
+            continue
         if cfg.grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         else:
             norm = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in params if p.grad is not None))
-        stats.grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        stats.grad_norm = float(norm)
         optimizer.step()
     if scheduler is not None:
         scheduler.step()

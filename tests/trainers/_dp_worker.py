@@ -9,24 +9,29 @@ import torch
 
 from tests.trainers.test_step import make_batch, tiny_lm
 from trainers.config import TrainConfig
-from trainers.distributed import init_distributed
+from trainers.distributed import full_state_dict, init_distributed, shard_model_fsdp2
 from trainers.step import train_step
 
 
-def run(out_dir: str, world_size_expected: int) -> None:
+def run(out_dir: str, world_size_expected: int, mode: str) -> None:
     torch.set_num_threads(1)
-    dist = init_distributed("gloo")
+    dist = init_distributed("gloo", fsdp=mode == "fsdp")
     assert dist.world_size == world_size_expected and dist.backend == "gloo"
     model = tiny_lm()
+    if dist.fsdp:  # FSDP2 on gloo: the GPU code path, run on CPU
+        shard_model_fsdp2(model, dist)
     dist.broadcast_parameters(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    cfg = TrainConfig(micro_batch_size=2, bf16=False, updates_per_step=2, grad_clip=0.5)
+    cfg = TrainConfig(
+        micro_batch_size=2, bf16=False, updates_per_step=2, grad_clip=0.5, fused_head=not dist.fsdp
+    )
     stats = [train_step(model, opt, make_batch(seed=s), cfg, dist=dist).as_dict() for s in (1, 2)]
-    torch.save(model.state_dict(), f"{out_dir}/rank{dist.rank}.pt")
+    weights = {k: v.detach().clone() for k, v in full_state_dict(model, dist).items()}
+    torch.save(weights, f"{out_dir}/rank{dist.rank}.pt")
     with open(f"{out_dir}/rank{dist.rank}.json", "w") as fh:
         json.dump({"stats": stats, "in_sync": dist.parameters_in_sync(model)}, fh)
     dist.close()
 
 
 if __name__ == "__main__":
-    run(sys.argv[1], int(sys.argv[2]))
+    run(sys.argv[1], int(sys.argv[2]), sys.argv[3])
