@@ -14,10 +14,13 @@ under ``torchrun``), every process runs the same loop:
    identically on every rank, so the weights stay equal without a broadcast;
 5. rank 0 alone writes logs, trajectories, checkpoints and plots.
 
-On CUDA with NCCL the model is sharded with FSDP2 (``torch.distributed.fsdp.fully_shard``)
-instead of replicated; FSDP2 reduce-scatters gradients itself and divides them by the world
-size, which the train step undoes by scaling the loss by ``world_size``. That path is written
-for GPU machines and not exercised by CI (see ``docs/decisions/0015-data-parallel-lora-critic-async.md``).
+On CUDA with NCCL (or with ``fsdp=True`` on gloo, which runs the same code on CPU and is how the
+tests check it) the model is sharded with FSDP2 (``torch.distributed.fsdp.fully_shard``) instead
+of replicated. FSDP2 reduce-scatters gradients itself and divides them by the world size, which
+the train step undoes by scaling the loss by ``world_size``; every rank runs the same number of
+forward/backward passes (ranks with fewer micro-batches run weight-0 filler passes), since each
+pass is a collective; the logprobs take the full-logits path through the root module's forward.
+The NCCL variant has a ``gpu``-marked test and has not run on GPUs yet.
 
 A run without ``WORLD_SIZE`` in its environment (or with ``WORLD_SIZE=1``) uses none of this:
 :func:`init_distributed` returns :data:`SINGLE`, whose methods are no-ops.
