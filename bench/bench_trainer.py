@@ -24,15 +24,14 @@ What is timed (generation, rewards and advantages are excluded on both sides):
   batch is built from those same tensors.
 
 Differences that are part of each implementation, not of the set-up: TRL computes logits only
-for completion positions (``logits_to_keep``) through its chunked log-prob function and always
-computes the entropy for its logs; ours computes logits for every position and no entropy
-(``entropy_coef=0``).
+for completion positions (``logits_to_keep``) through its chunked log-prob function; ours runs
+the LM head only at positions that predict a trained token (completion tokens minus the
+observation span), fused with the log-softmax in chunks, never keeping ``N x V`` logits
+(``trainers.logprobs``, ``TrainConfig.fused_head``). Both compute the entropy for the logs
+(ours without gradient, as ``entropy_coef=0``).
 
-``--prototype`` adds a third contestant: our ``train_step`` with ``token_logprobs`` swapped (in
-this process only) for a fused LM-head log-softmax that runs the head only at positions that
-predict a trained token and never keeps ``N x V`` logits (backward recomputes them per chunk).
-It is a proposal for ``trainers/logprobs.py``, checked here against ``token_logprobs`` (same
-logprobs and gradients) before it is timed.
+``--full-logits`` adds a third contestant: our ``train_step`` with ``fused_head=False`` (logits
+at every position, the reference path), to show what the fused head is worth.
 
 Steps alternate between the two sides (``--repeats`` each, after ``--warmup`` untimed each) so
 that load from other processes hits both alike; the median step time is reported. Tokens per
@@ -41,13 +40,14 @@ second counts every real token of the batch (prompt and completion) once per ste
     python bench/bench_trainer.py                          # tiny random model (hidden 128, 4 layers)
     python bench/bench_trainer.py --model smollm2-135m     # the bundled SmolLM2-135M
     python bench/bench_trainer.py --profile                # where each step spends its time
-    python bench/bench_trainer.py --prototype              # also time the fused-head proposal
+    python bench/bench_trainer.py --full-logits            # also time the full-logits path
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import os
 import statistics
 import sys
@@ -194,100 +194,6 @@ def our_batch(inputs: dict[str, Any], pad_id: int) -> Any:
     return batch
 
 
-# --------------------------------------------------------------------------- prototype (--prototype)
-class _LinearTokenLogprob(torch.autograd.Function):
-    """``log_softmax(h @ W.T)[target]`` for N rows without keeping N x V logits: forward and
-    backward go in row chunks, the backward recomputes each chunk's logits and uses
-    ``d lp / d logits = onehot(target) - softmax``."""
-
-    @staticmethod
-    def forward(
-        ctx: Any, h_NH: torch.Tensor, w_VH: torch.Tensor, ids_N: torch.Tensor, bf16: bool, chunk: int
-    ) -> torch.Tensor:
-        dt = torch.bfloat16 if bf16 else torch.float32
-        w = w_VH.to(dt)
-        lp_N = torch.empty(h_NH.shape[0], dtype=torch.float32)
-        lse_N = torch.empty(h_NH.shape[0], dtype=torch.float32)
-        for s in range(0, h_NH.shape[0], chunk):
-            logits_CV = (h_NH[s : s + chunk].to(dt) @ w.T).float()
-            lse_N[s : s + chunk] = torch.logsumexp(logits_CV, dim=-1)
-            lp_N[s : s + chunk] = (
-                logits_CV.gather(-1, ids_N[s : s + chunk, None]).squeeze(-1) - lse_N[s : s + chunk]
-            )
-        ctx.save_for_backward(h_NH, w_VH, ids_N, lse_N)
-        ctx.bf16, ctx.chunk = bf16, chunk
-        return lp_N
-
-    @staticmethod
-    def backward(ctx: Any, g_N: torch.Tensor) -> tuple[Any, ...]:
-        h_NH, w_VH, ids_N, lse_N = ctx.saved_tensors
-        dt = torch.bfloat16 if ctx.bf16 else torch.float32
-        w = w_VH.to(dt)
-        gh_NH = torch.empty_like(h_NH)
-        gw_VH = torch.zeros(w_VH.shape, dtype=torch.float32)
-        for s in range(0, h_NH.shape[0], ctx.chunk):
-            h_C = h_NH[s : s + ctx.chunk].to(dt)
-            g_C1 = g_N[s : s + ctx.chunk, None].float()
-            p_CV = torch.exp((h_C @ w.T).float() - lse_N[s : s + ctx.chunk, None])  # softmax
-            grad_CV = p_CV.mul_(-g_C1)  # -g * softmax
-            grad_CV.scatter_add_(-1, ids_N[s : s + ctx.chunk, None], g_C1)  # + g * onehot
-            grad_CV = grad_CV.to(dt)
-            gh_NH[s : s + ctx.chunk] = (grad_CV @ w).to(h_NH.dtype)
-            gw_VH += (grad_CV.T @ h_C).float()
-        return gh_NH, gw_VH.to(w_VH.dtype), None, None, None
-
-
-def fused_logprobs_fn(masks: dict[tuple[int, int], torch.Tensor]) -> Any:
-    """A drop-in for ``trainers.logprobs.token_logprobs`` (prototype): the decoder runs once,
-    the LM head and log-softmax run only at positions that predict a trained token (looked up in
-    ``masks`` by shape here; a real version takes ``mask_BT`` as an argument)."""
-    from trainers.logprobs import autocast_context
-
-    def token_logprobs(
-        model: Any,
-        input_ids_BT: torch.Tensor,
-        attention_mask_BT: torch.Tensor,
-        *,
-        with_entropy: bool = False,
-        entropy_grad: bool = False,
-        bf16: bool = False,
-    ) -> tuple[torch.Tensor, None]:
-        assert not with_entropy
-        mask_BT = masks[tuple(input_ids_BT.shape)]
-        with autocast_context(bf16, input_ids_BT.device):
-            hidden_BTH = model.get_decoder()(
-                input_ids=input_ids_BT, attention_mask=attention_mask_BT
-            ).last_hidden_state
-        sel_BT = mask_BT[:, 1:].bool()  # B x (T-1): position t-1 predicts a trained token t
-        h_NH = hidden_BTH[:, :-1][sel_BT]  # N x H
-        ids_N = input_ids_BT[:, 1:][sel_BT]
-        lp_N = _LinearTokenLogprob.apply(h_NH, model.get_output_embeddings().weight, ids_N, bf16, 512)
-        out_BT = torch.zeros(input_ids_BT.shape, dtype=torch.float32)
-        out_BT[:, 1:] = out_BT[:, 1:].masked_scatter(sel_BT, lp_N)
-        return out_BT, None
-
-    return token_logprobs
-
-
-def check_prototype(fused: Any, model: Any, batch: Any, bf16: bool) -> None:
-    """The prototype gives the same logprobs and gradients as ``token_logprobs`` (trained tokens)."""
-    from trainers.logprobs import token_logprobs
-
-    grads = []
-    for fn in (token_logprobs, fused):
-        model.zero_grad()
-        lp_BT, _ = fn(model, batch.input_ids_BT, batch.attention_mask_BT, bf16=bf16)
-        (lp_BT * batch.mask_BT).sum().backward()
-        grads.append((lp_BT.detach() * batch.mask_BT, [p.grad.clone() for p in model.parameters()]))
-    model.zero_grad(set_to_none=True)
-    (ref, g_ref), (got, g_got) = grads
-    err = float((ref - got).abs().max())
-    gerr = max(float((a - b).norm() / (a.norm() + 1e-12)) for a, b in zip(g_ref, g_got, strict=True))
-    print(f"prototype check: max logprob diff {err:.2e}, worst relative grad diff {gerr:.2e}")
-    tol = 0.1 if bf16 else 1e-3
-    assert err < tol and gerr < tol, "the prototype disagrees with token_logprobs"
-
-
 def median_tps(times: list[float], tokens: int) -> tuple[float, float]:
     med = statistics.median(times)
     return med, tokens / med
@@ -313,9 +219,9 @@ def main() -> None:
     )
     ap.add_argument("--profile", action="store_true", help="also profile one step of each side")
     ap.add_argument(
-        "--prototype",
+        "--full-logits",
         action="store_true",
-        help="also time our step with a prototype fused LM-head log-softmax (a proposal, not shipped)",
+        help="also time our step with fused_head=False (logits at every position, the reference path)",
     )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -369,27 +275,19 @@ def main() -> None:
             return time.perf_counter() - t0
 
         steps: dict[str, Any] = {"ours": ours, "TRL": lambda: trl_step(trainer, inputs)}
-        if args.prototype:
-            import trainers.step as step_module
-
-            proto_model = copy.deepcopy(our_model)
-            proto_opt = torch.optim.AdamW(
-                proto_model.parameters(), lr=LR, weight_decay=0.0, fused=args.optim == "fused"
+        if args.full_logits:
+            full_model = copy.deepcopy(our_model)
+            full_opt = torch.optim.AdamW(
+                full_model.parameters(), lr=LR, weight_decay=0.0, fused=args.optim == "fused"
             )
-            fused = fused_logprobs_fn({tuple(batch.input_ids_BT.shape): batch.mask_BT})
-            check_prototype(fused, our_model, batch, args.bf16)
+            full_cfg = dataclasses.replace(cfg, fused_head=False)
 
-            def proto() -> float:
-                original = step_module.token_logprobs
-                step_module.token_logprobs = fused
-                try:
-                    t0 = time.perf_counter()
-                    train_step(proto_model, proto_opt, batch, cfg)
-                    return time.perf_counter() - t0
-                finally:
-                    step_module.token_logprobs = original
+            def full() -> float:
+                t0 = time.perf_counter()
+                train_step(full_model, full_opt, batch, full_cfg)
+                return time.perf_counter() - t0
 
-            steps["ours+fused head (prototype)"] = proto
+            steps["ours, full logits"] = full
 
         names = list(steps)
         for _ in range(args.warmup):
@@ -410,8 +308,8 @@ def main() -> None:
             med, tps[name] = median_tps(times[name], tokens)
             print(f"{name:<28} median {med:.3f}s/step  {tps[name]:,.0f} tokens/s")
         print(f"ratio ours/TRL {tps['ours'] / tps['TRL']:.2f}x (goal >= 1.5x)")
-        if args.prototype:
-            print(f"ratio prototype/TRL {tps[names[2]] / tps['TRL']:.2f}x")
+        if args.full_logits:
+            print(f"ratio ours full logits/TRL {tps[names[2]] / tps['TRL']:.2f}x")
 
         if args.profile:
             from torch.profiler import ProfilerActivity, profile

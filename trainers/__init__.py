@@ -2,8 +2,8 @@
 
 The algorithms are pure functions over ``B x T`` token tensors (see :mod:`trainers.types` for the
 layout): advantage estimators (:func:`compute_advantages`), policy losses (:func:`policy_loss`),
-loss reductions (:func:`reduce_loss`), KL to a reference model (:mod:`trainers.kl`) and the
-entropy bonus. Each returns its result and a small stats record of plain floats.
+loss reductions (:func:`reduce_loss`), KL to a reference model (:mod:`trainers.kl`), the
+entropy bonus and the critic's clipped value loss (:func:`value_loss`). Each returns its result and a small stats record of plain floats.
 """
 
 from trainers.advantages import (
@@ -27,6 +27,7 @@ from trainers.losses import (
     ppo_clip_loss,
     reduce_loss,
     token_logprobs_from_logits,
+    value_loss,
 )
 from trainers.types import (
     AdvantageEstimator,
@@ -40,6 +41,7 @@ from trainers.types import (
     PolicyLossConfig,
     PolicyLossStats,
     PolicyLossType,
+    ValueLossStats,
 )
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "PolicyLossConfig",
     "PolicyLossStats",
     "PolicyLossType",
+    "ValueLossStats",
     "cispo_loss",
     "compute_advantages",
     "contiguous_group_ids",
@@ -74,4 +77,5 @@ __all__ = [
     "rloo_advantages",
     "token_logprobs_from_logits",
     "turn_returns",
+    "value_loss",
 ]

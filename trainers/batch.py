@@ -9,6 +9,7 @@ tokens. The logprob of token ``t`` is read from the logits at ``t - 1``, so all 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -43,11 +44,28 @@ class TrainBatch:
     """Advantages per token, once computed (zero where ``mask_BT`` is 0)."""
     old_logprobs_BT: torch.Tensor | None = None
     """Logprobs under the policy before this step's first update (for several updates per batch)."""
+    old_values_BT: torch.Tensor | None = None
+    """The critic's values when the batch was scored (GAE; the value loss clips against them)."""
+    returns_BT: torch.Tensor | None = None
+    """The critic's targets (GAE: advantages plus old values)."""
 
     @property
     def num_tokens(self) -> int:
         """Trained tokens in the batch."""
         return int(self.mask_BT.sum())
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        """The same batch with every tensor on ``device`` (``self`` when already there)."""
+        device = torch.device(device)
+        if self.input_ids_BT.device == device:
+            return self
+        return TrainBatch(
+            **{
+                f.name: (v.to(device) if isinstance(v, torch.Tensor) else v)
+                for f in dataclasses.fields(self)
+                for v in [getattr(self, f.name)]
+            }
+        )
 
     def select(self, idx: torch.Tensor | slice) -> TrainBatch:
         """The rows ``idx`` (for micro-batches), trimmed to their longest real sequence."""
@@ -69,6 +87,8 @@ class TrainBatch:
             group_ids_B=self.group_ids_B[idx],
             advantages_BT=cut(self.advantages_BT),
             old_logprobs_BT=cut(self.old_logprobs_BT),
+            old_values_BT=cut(self.old_values_BT),
+            returns_BT=cut(self.returns_BT),
         )
 
 

@@ -75,8 +75,15 @@ def save_checkpoint(
     scheduler: Any,
     state: TrainState,
     keep: int = 2,
+    critic: torch.nn.Module | None = None,
+    model_state: dict[str, torch.Tensor] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a checkpoint for ``state.step`` atomically; keep the newest ``keep`` ones."""
+    """Write a checkpoint for ``state.step`` atomically; keep the newest ``keep`` ones.
+
+    ``critic`` (a value head) is saved beside the model as ``critic.pt``. ``model_state`` and
+    ``optimizer_state`` replace ``model.state_dict()`` and ``optimizer.state_dict()`` (FSDP2
+    gathers the full weights first)."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{state.step:06d}"
@@ -84,11 +91,13 @@ def save_checkpoint(
         shutil.rmtree(stale, ignore_errors=True)
     tmp = root / f".tmp_step_{state.step:06d}_{os.getpid()}"
     tmp.mkdir()
-    trainable = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    torch.save(trainable, tmp / "model.pt")
+    weights = model_state if model_state is not None else model.state_dict()
+    torch.save({k: v.detach().cpu() for k, v in weights.items()}, tmp / "model.pt")
+    if critic is not None:
+        torch.save({k: v.detach().cpu() for k, v in critic.state_dict().items()}, tmp / "critic.pt")
     torch.save(
         {
-            "optimizer": optimizer.state_dict(),
+            "optimizer": optimizer_state if optimizer_state is not None else optimizer.state_dict(),
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "rng": state.rng,
         },
@@ -121,11 +130,22 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
 
 
 def load_checkpoint(
-    path: str | os.PathLike, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
+    path: str | os.PathLike,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    critic: torch.nn.Module | None = None,
 ) -> TrainState:
     """Load weights, optimizer and scheduler in place; restore RNGs; return the :class:`TrainState`."""
     path = Path(path)
     model.load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
+    if critic is not None:
+        if not (path / "critic.pt").exists():
+            raise FileNotFoundError(
+                f"{path} has no critic.pt: it was not saved by a run with a critic (--advantage gae)"
+            )
+        critic.load_state_dict(torch.load(path / "critic.pt", map_location="cpu", weights_only=True))
     trainer = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
     optimizer.load_state_dict(trainer["optimizer"])
     if scheduler is not None and trainer["scheduler"] is not None:

@@ -1,12 +1,17 @@
-"""``skyrl train``: every :class:`~trainers.config.TrainConfig` field is a flag."""
+"""``skyrl train``: every :class:`~trainers.config.TrainConfig` field is a flag.
+
+Also runnable as ``python -m trainers.cli train ...``, which is what ``torchrun`` launches for
+data-parallel training: ``torchrun --nproc_per_node 2 -m trainers.cli train --model ...``."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Sequence
 
 from skyrl_gym.config import add_config_arguments, config_from_args
 
-__all__ = ["add_command"]
+__all__ = ["add_command", "main"]
 
 
 def add_command(subparsers: argparse._SubParsersAction) -> None:
@@ -25,12 +30,24 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_run)
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``skyrl train`` as its own program (for ``torchrun -m trainers.cli train ...``)."""
+    from skyrl_gym.cli import main as skyrl_main
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] != "train":
+        args = ["train", *args]
+    return skyrl_main(args)
+
+
 def _run(args: argparse.Namespace) -> int:
     from trainers.config import TrainConfig
     from trainers.loop import train
 
     cfg = config_from_args(TrainConfig, args)
     result = train(cfg)
+    if not _is_main_rank():
+        return 0
     print()
     print(f"run directory   {result.run_dir}")
     print(f"steps           {result.steps}  ({result.seconds:.0f} s in total)")
@@ -51,3 +68,13 @@ def _run(args: argparse.Namespace) -> int:
     if result.plot is not None:
         print(f"plot            {result.plot}")
     return 0
+
+
+def _is_main_rank() -> bool:
+    import os
+
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

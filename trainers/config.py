@@ -40,7 +40,16 @@ class TrainConfig:
     lora_rank: int = 0
     """LoRA rank through peft (0: full fine-tune). On CPU, LoRA saves memory, not time."""
     lora_alpha: int = 32
-    """LoRA scaling numerator."""
+    """LoRA scaling numerator (the adapter's update is scaled by ``lora_alpha / lora_rank``)."""
+    lora_target_modules: tuple[str, ...] = ("all-linear",)
+    """Module names (or name suffixes) that get LoRA adapters; 'all-linear' is every linear layer
+    but the LM head (peft's shorthand)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA adapters' input."""
+    lora_merge: bool = True
+    """With LoRA: roll out from a separate copy of the base model into which the adapters are
+    merged after every update (plain linear layers decode faster); False: roll out from the
+    training model itself, adapters applied on every forward."""
     bf16: bool = True
     """bf16 autocast for generation and training (about 2x faster forward/backward on this CPU)."""
     # ---------------------------------------------------------------- rollouts
@@ -67,8 +76,8 @@ class TrainConfig:
     concurrency: int = 64
     """Most episodes in flight at once."""
     # ---------------------------------------------------------------- algorithm
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"] = "grpo"
-    """Advantage estimator."""
+    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gae"] = "grpo"
+    """Advantage estimator; 'gae' trains a critic (a value head on the policy's last hidden state)."""
     loss: Literal["ppo_clip", "gspo", "cispo", "importance_sampling"] = "ppo_clip"
     """Policy loss."""
     reduction: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
@@ -85,8 +94,15 @@ class TrainConfig:
     """Entropy bonus coefficient."""
     gamma: float = 1.0
     """Discount over turns for per-turn rewards (REINFORCE++)."""
+    gae_lambda: float = 1.0
+    """GAE: the lambda of generalized advantage estimation (with ``gamma``; 1.0 is LLM practice)."""
+    value_coef: float = 0.5
+    """GAE: weight of the critic's value loss in the total loss."""
+    value_clip: float = 0.2
+    """GAE: PPO value clipping, the new value may move at most this far from the old one (0: off)."""
     truncated_is: bool = False
-    """Correct for sampler/trainer logprob mismatch with truncated importance sampling."""
+    """Correct for sampler/trainer logprob mismatch with truncated importance sampling (always on
+    in asynchronous mode, where it also corrects for staleness)."""
     skip_equal_reward_groups: bool = True
     """Leave out groups whose samples all got the same reward (they carry no GRPO signal)."""
     # ---------------------------------------------------------------- optimizer
@@ -103,6 +119,22 @@ class TrainConfig:
     before the first update and PPO clipping matters."""
     micro_batch_size: int = 8
     """Sequences per forward/backward (gradient accumulation over the batch)."""
+    fused_head: bool = True
+    """Run the LM head only at positions that predict a trained token, fused with the
+    log-softmax, in chunks (same losses and gradients; False: full logits, the reference path)."""
+    # ---------------------------------------------------------------- scale-out and overlap
+    async_staleness: int = 0
+    """0: synchronous (each batch sampled by the current weights). k >= 1: the next batches are
+    generated in a background thread while the trainer trains, at most k updates behind (a batch
+    waits until the weights are recent enough); weights reach the sampler in flight after every
+    update, and truncated importance sampling against the rollout logprobs corrects the rest."""
+    dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """Under torchrun (WORLD_SIZE > 1): the process-group backend; 'auto' is NCCL with FSDP2 on
+    CUDA, gloo data parallelism on CPU. Ignored in a single process."""
+    fsdp: bool | None = None
+    """Under torchrun: shard the model with FSDP2 instead of replicating it (None: on with NCCL,
+    off with gloo; --fsdp on gloo runs the GPU code path on CPU, as the tests do). With FSDP2 the
+    logprobs take the full-logits path, and a critic or a KL reference is not supported yet."""
     # ---------------------------------------------------------------- bookkeeping
     run_dir: str = "runs/calculator"
     """Where metrics, trajectories, checkpoints and plots go."""
@@ -139,5 +171,19 @@ class TrainConfig:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if self.group_size < 2 and self.advantage in ("grpo", "dr_grpo", "rloo"):
             raise ConfigError(f"{self.advantage} needs group_size >= 2 (a baseline from the other samples)")
+        if self.async_staleness < 0:
+            raise ConfigError(f"async_staleness must be >= 0 (0: synchronous), got {self.async_staleness}")
+        if not 0 <= self.gae_lambda <= 1 or not 0 <= self.gamma <= 1:
+            raise ConfigError(
+                f"gamma and gae_lambda must be in [0, 1], got {self.gamma} and {self.gae_lambda}"
+            )
+        if self.value_coef < 0 or self.value_clip < 0:
+            raise ConfigError("value_coef and value_clip must be >= 0")
+        if self.lora_rank < 0 or not 0 <= self.lora_dropout < 1:
+            raise ConfigError("lora_rank must be >= 0 and lora_dropout in [0, 1)")
+        if isinstance(self.lora_target_modules, str):
+            raise ConfigError(
+                "lora_target_modules must be a tuple of module names, e.g. ('q_proj', 'v_proj')"
+            )
         if isinstance(self.stop, str):
             raise ConfigError("stop must be a tuple of strings")

@@ -1,16 +1,31 @@
-"""Per-token log-probabilities (and entropies) of given sequences under a causal LM."""
+"""Per-token log-probabilities (and entropies, and critic values) of given sequences under a causal LM.
+
+The default path runs the decoder once, then the LM head and log-softmax only at the positions
+that predict a trained token (``mask_BT``), in row chunks, through a fused autograd function
+that never keeps ``N x V`` logits: its backward recomputes each chunk's logits and uses
+``d logprob / d logits = onehot(target) - softmax``. With 49k-token vocabularies the head is
+most of a small model's compute, and prompt and observation positions are most of a multi-turn
+sequence, so this skips most of it. The full-logits path (``fused_head=False``) is kept as the
+reference; a test checks that both give the same logprobs, entropies and gradients.
+"""
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from skyrl_agent.models import cache_kwarg, output_cache
+from skyrl_gym.errors import ConfigError
 from trainers.losses import entropy_from_logits, token_logprobs_from_logits
 
-__all__ = ["token_logprobs", "autocast_context", "shared_prefix_len"]
+__all__ = ["ForwardOutput", "forward_logprobs", "token_logprobs", "autocast_context", "shared_prefix_len"]
+
+_CHUNK = 512  # rows of the LM head computed at once (512 x 49k float32 logits: about 100 MB)
 
 
 def autocast_context(bf16: bool, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
@@ -31,31 +46,232 @@ def shared_prefix_len(input_ids_BT: torch.Tensor, mask_BT: torch.Tensor) -> int:
     return min(lcp, first_trained)
 
 
-def token_logprobs(
+@dataclass
+class ForwardOutput:
+    """What :func:`forward_logprobs` returns; every tensor is ``B x T``, aligned with the input ids."""
+
+    logprobs_BT: torch.Tensor
+    """``log p(input_ids[b, t] | input_ids[b, :t])`` in float32; 0 where not computed."""
+    entropy_BT: torch.Tensor | None
+    """Entropy of the distribution that predicted token ``t`` (when asked for)."""
+    values_BT: torch.Tensor | None
+    """The critic's value of the state in which token ``t`` was generated (read from the hidden
+    state at ``t - 1``, like the logits), when a value head is given."""
+
+
+class _LinearTokenLogprob(torch.autograd.Function):
+    """``log_softmax(h @ W.T)[target]`` (and optionally the entropy, without gradient) for N rows,
+    without keeping N x V logits: forward and backward go in row chunks; the backward recomputes
+    each chunk's logits."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        h_NH: torch.Tensor,
+        w_VH: torch.Tensor,
+        ids_N: torch.Tensor,
+        bf16: bool,
+        chunk: int,
+        with_entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        dt = torch.bfloat16 if bf16 else torch.float32
+        w_VH_dt = w_VH.to(dt)
+        N = h_NH.shape[0]
+        lp_N = torch.empty(N, dtype=torch.float32, device=h_NH.device)
+        lse_N = torch.empty(N, dtype=torch.float32, device=h_NH.device)
+        ent_N = torch.zeros(N if with_entropy else 0, dtype=torch.float32, device=h_NH.device)
+        for s in range(0, N, chunk):
+            e = min(s + chunk, N)
+            logits_CV = (h_NH[s:e].to(dt) @ w_VH_dt.T).float()  # C x V
+            lse_C = torch.logsumexp(logits_CV, dim=-1)  # C
+            lse_N[s:e] = lse_C
+            lp_N[s:e] = logits_CV.gather(-1, ids_N[s:e, None]).squeeze(-1) - lse_C
+            if with_entropy:  # H = lse - sum_v p_v x_v
+                p_CV = torch.exp(logits_CV - lse_C[:, None])  # C x V
+                ent_N[s:e] = lse_C - (p_CV * logits_CV).sum(-1)
+        ctx.save_for_backward(h_NH, w_VH, ids_N, lse_N)
+        ctx.bf16, ctx.chunk = bf16, chunk
+        ctx.mark_non_differentiable(ent_N)
+        return lp_N, ent_N
+
+    @staticmethod
+    def backward(ctx: Any, g_N: torch.Tensor, _g_ent: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        h_NH, w_VH, ids_N, lse_N = ctx.saved_tensors
+        dt = torch.bfloat16 if ctx.bf16 else torch.float32
+        w_VH_dt = w_VH.to(dt)
+        gh_NH = torch.empty_like(h_NH)
+        gw_VH = torch.zeros(w_VH.shape, dtype=torch.float32, device=w_VH.device)
+        for s in range(0, h_NH.shape[0], ctx.chunk):
+            e = min(s + ctx.chunk, h_NH.shape[0])
+            h_CH = h_NH[s:e].to(dt)
+            g_C1 = g_N[s:e, None].float()
+            p_CV = torch.exp((h_CH @ w_VH_dt.T).float() - lse_N[s:e, None])  # C x V, softmax
+            grad_CV = p_CV.mul_(-g_C1)  # -g * softmax
+            grad_CV.scatter_add_(-1, ids_N[s:e, None], g_C1)  # + g * onehot(target)
+            grad_CV = grad_CV.to(dt)
+            gh_NH[s:e] = (grad_CV @ w_VH_dt).to(h_NH.dtype)  # C x H
+            gw_VH += (grad_CV.T @ h_CH).float()  # V x H
+        return gh_NH, gw_VH.to(w_VH.dtype), None, None, None, None
+
+
+def _head_rows(
+    head: torch.nn.Module, h_NH: torch.Tensor, ids_N: torch.Tensor, with_entropy: bool, bf16: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs (and entropies, with gradient) through any head module, chunk by checkpointed chunk."""
+
+    def rows(h_CH: torch.Tensor, ids_C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with autocast_context(bf16, h_CH.device):
+            x_CV = head(h_CH)
+        x_CV = x_CV.float()  # C x V
+        lse_C = torch.logsumexp(x_CV, dim=-1)  # C
+        lp_C = x_CV.gather(-1, ids_C[:, None]).squeeze(-1) - lse_C  # C
+        ent_C = lse_C - (torch.softmax(x_CV, -1) * x_CV).sum(-1) if with_entropy else lse_C.new_zeros(0)
+        return lp_C, ent_C
+
+    lps, ents = [], []
+    for s in range(0, h_NH.shape[0], _CHUNK):
+        h_CH, ids_C = h_NH[s : s + _CHUNK], ids_N[s : s + _CHUNK]
+        if torch.is_grad_enabled() and h_CH.requires_grad:
+            lp_C, ent_C = checkpoint(rows, h_CH, ids_C, use_reentrant=False)
+        else:
+            lp_C, ent_C = rows(h_CH, ids_C)
+        lps.append(lp_C)
+        ents.append(ent_C)
+    lp_N = torch.cat(lps) if lps else h_NH.new_zeros(0, dtype=torch.float32)
+    ent_N = (torch.cat(ents) if ents else h_NH.new_zeros(0, dtype=torch.float32)) if with_entropy else None
+    return lp_N, ent_N
+
+
+def _can_fuse(model: torch.nn.Module) -> bool:
+    """The fused path computes ``h @ W.T`` itself: only for a plain, bias-free linear head on a
+    model without logit soft-capping or scaling (Llama, Qwen, SmolLM...)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    cfg = getattr(model, "config", None)
+    return (
+        hasattr(model, "get_decoder")
+        and type(head) is torch.nn.Linear
+        and head.bias is None
+        and not getattr(cfg, "final_logit_softcapping", None)
+        and getattr(cfg, "logit_scale", None) in (None, 1.0)
+    )
+
+
+def _decoder_hidden(
+    model: torch.nn.Module, input_ids_BT: torch.Tensor, attention_mask_BT: torch.Tensor, P: int
+) -> tuple[torch.Tensor, int]:
+    """Final hidden states that predict tokens ``start .. T-1``: ``(h_BSH, start)`` with ``S = T - start``."""
+    decoder = model.get_decoder()
+    B, T = input_ids_BT.shape
+    if not P:
+        h_BTH = decoder(
+            input_ids=input_ids_BT, attention_mask=attention_mask_BT, use_cache=False
+        ).last_hidden_state
+        return h_BTH[:, :-1], 1
+    pre = decoder(input_ids=input_ids_BT[:1, :P], attention_mask=attention_mask_BT[:1, :P], use_cache=True)
+    cache = output_cache(pre)
+    cache.batch_repeat_interleave(B)
+    positions_BS = torch.arange(P, T, device=input_ids_BT.device).expand(B, T - P)
+    rest_BSH = decoder(
+        input_ids=input_ids_BT[:, P:],
+        attention_mask=attention_mask_BT,
+        position_ids=positions_BS,
+        use_cache=True,
+        **{cache_kwarg(decoder): cache},
+    ).last_hidden_state  # B x (T-P) x H: predicts tokens P+1..T
+    first_B1H = pre.last_hidden_state[:, -1:].expand(B, 1, pre.last_hidden_state.shape[-1])  # predicts P
+    return torch.cat([first_B1H, rest_BSH[:, :-1]], dim=1), P  # B x (T-P) x H: tokens P..T-1
+
+
+def forward_logprobs(
     model: torch.nn.Module,
     input_ids_BT: torch.Tensor,
     attention_mask_BT: torch.Tensor,
     *,
+    mask_BT: torch.Tensor | None = None,
     with_entropy: bool = False,
     entropy_grad: bool = False,
     bf16: bool = False,
     prefix_len: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``logprobs_BT[b, t] = log p(input_ids[b, t] | input_ids[b, :t])`` (0 at ``t = 0``).
+    value_head: torch.nn.Module | None = None,
+    fused_head: bool = True,
+) -> ForwardOutput:
+    """Logprobs (and entropies, critic values) of ``input_ids_BT`` under ``model``.
 
-    Computed in float32 from the logits, in chunks, never materializing ``B x T x V`` float32
-    buffers (under bf16 autocast the matmuls run in bf16). With ``with_entropy`` also returns
-    the entropy of each position's next-token distribution, aligned the same way (carrying a
-    gradient only with ``entropy_grad``). Gradients flow unless called under ``torch.no_grad``.
-
-    ``prefix_len`` > 1 (see :func:`shared_prefix_len`): the first ``prefix_len`` tokens are the
-    same in every row and right-padded rows start at position 0; they are run once, their KV
-    cache repeated to every row (gradients from all rows flow back into that one computation),
-    and only the rest runs per row. Positions ``1 .. prefix_len - 1`` then get logprob 0 (they
-    must not be trained on). The result equals the full computation.
+    ``mask_BT`` (1 on trained tokens): only those positions are computed, the rest are 0; ``None``
+    computes every position from 1 on. ``with_entropy`` also returns each position's entropy
+    (with a gradient only under ``entropy_grad``). ``value_head`` maps the final hidden state to a
+    value (:class:`trainers.critic.ValueHead`). ``prefix_len`` > 1 (see :func:`shared_prefix_len`):
+    the first ``prefix_len`` tokens are the same in every row and right-padded rows start at
+    position 0; they run once and their KV cache is repeated to every row (positions
+    ``1 .. prefix_len - 1`` then get 0 and must not be trained on). ``fused_head=False`` runs the
+    reference path: full logits from ``model(...)`` at every position (no value head there).
+    Gradients flow unless called under ``torch.no_grad``; logprobs are float32.
     """
     B, T = input_ids_BT.shape
     P = prefix_len if 1 < prefix_len < T else 0
+    if not fused_head or not hasattr(model, "get_decoder") or (_full_logits_needed(model)):
+        if value_head is not None:
+            raise ConfigError("a value head needs the decoder's hidden states: use fused_head=True")
+        lp_BT, ent_BT = _full_logits(
+            model, input_ids_BT, attention_mask_BT, with_entropy, entropy_grad, bf16, P
+        )
+        if mask_BT is not None:  # same contract as the fused path: 0 off the mask
+            on_BT = mask_BT != 0
+            lp_BT = torch.where(on_BT, lp_BT, torch.zeros_like(lp_BT))
+            ent_BT = None if ent_BT is None else torch.where(on_BT, ent_BT, torch.zeros_like(ent_BT))
+        return ForwardOutput(lp_BT, ent_BT, None)
+    with autocast_context(bf16, input_ids_BT.device):
+        h_BSH, start = _decoder_hidden(model, input_ids_BT, attention_mask_BT, P)
+    S = T - start
+    ids_BS = input_ids_BT[:, start:]
+    sel_BS = (
+        mask_BT[:, start:] != 0
+        if mask_BT is not None
+        else torch.ones((B, S), dtype=torch.bool, device=input_ids_BT.device)
+    )
+    h_NH = h_BSH[sel_BS]  # N x H: only the positions that predict a computed token
+    ids_N = ids_BS[sel_BS]  # N
+    head = model.get_output_embeddings()
+    if _can_fuse(model) and not (with_entropy and entropy_grad):
+        lp_N, ent_N = _LinearTokenLogprob.apply(h_NH, head.weight, ids_N, bf16, _CHUNK, with_entropy)
+    else:  # a head we cannot fuse (LoRA on the head, a bias) or an entropy bonus: checkpointed chunks
+        lp_N, ent_N = _head_rows(head, h_NH, ids_N, with_entropy, bf16)
+        if ent_N is not None and not entropy_grad:
+            ent_N = ent_N.detach()
+
+    def scatter(x_N: torch.Tensor) -> torch.Tensor:
+        out_BS = torch.zeros((B, S), dtype=torch.float32, device=input_ids_BT.device)
+        return F.pad(out_BS.masked_scatter(sel_BS, x_N.float()), (start, 0))  # B x T
+
+    values_BT = None
+    if value_head is not None:
+        values_BT = scatter(value_head(h_NH.float()).squeeze(-1))  # B x T
+    return ForwardOutput(
+        logprobs_BT=scatter(lp_N),
+        entropy_BT=scatter(ent_N) if with_entropy and ent_N is not None else None,
+        values_BT=values_BT,
+    )
+
+
+def _full_logits_needed(model: torch.nn.Module) -> bool:
+    cfg = getattr(model, "config", None)
+    return bool(getattr(cfg, "final_logit_softcapping", None)) or getattr(cfg, "logit_scale", None) not in (
+        None,
+        1.0,
+    )
+
+
+def _full_logits(
+    model: torch.nn.Module,
+    input_ids_BT: torch.Tensor,
+    attention_mask_BT: torch.Tensor,
+    with_entropy: bool,
+    entropy_grad: bool,
+    bf16: bool,
+    P: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The reference path: ``B x T x V`` logits from ``model(...)``, log-softmaxed in chunks."""
+    B, T = input_ids_BT.shape
     with autocast_context(bf16, input_ids_BT.device):
         if P:
             pre = model(
@@ -83,3 +299,33 @@ def token_logprobs(
         source_BTV = logits_BTV if entropy_grad else logits_BTV.detach()
         entropy_BT = F.pad(entropy_from_logits(source_BTV), (start, 0))  # B x T
     return logprobs_BT, entropy_BT
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids_BT: torch.Tensor,
+    attention_mask_BT: torch.Tensor,
+    *,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+    bf16: bool = False,
+    prefix_len: int = 0,
+    mask_BT: torch.Tensor | None = None,
+    fused_head: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(logprobs_BT, entropy_BT)``: :func:`forward_logprobs` without a value head.
+
+    ``logprobs_BT[b, t] = log p(input_ids[b, t] | input_ids[b, :t])`` (0 at ``t = 0``, and 0 off
+    ``mask_BT`` when a mask is given)."""
+    out = forward_logprobs(
+        model,
+        input_ids_BT,
+        attention_mask_BT,
+        mask_BT=mask_BT,
+        with_entropy=with_entropy,
+        entropy_grad=entropy_grad,
+        bf16=bf16,
+        prefix_len=prefix_len,
+        fused_head=fused_head,
+    )
+    return out.logprobs_BT, out.entropy_BT

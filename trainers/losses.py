@@ -30,6 +30,7 @@ from trainers.types import (
     PolicyLossConfig,
     PolicyLossStats,
     PolicyLossType,
+    ValueLossStats,
     parse_choice,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "entropy_from_logits",
     "token_logprobs_from_logits",
     "entropy_bonus_loss",
+    "value_loss",
 ]
 
 _DEFAULT_CONFIG = PolicyLossConfig()
@@ -490,4 +492,61 @@ def entropy_bonus_loss(
     loss = -coef * reduce_loss(entropy_BT, m_BT, reduction, norm_constant=norm_constant)
     with torch.no_grad():
         stats = EntropyStats(entropy_mean=masked_mean(entropy_BT.detach(), m_BT).item(), loss=loss.item())
+    return loss, stats
+
+
+def value_loss(
+    values_BT: torch.Tensor,
+    old_values_BT: torch.Tensor,
+    returns_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    *,
+    clip_eps: float | None = 0.2,
+    reduction: LossReduction | str = LossReduction.TOKEN_MEAN,
+    norm_constant: float | None = None,
+) -> tuple[torch.Tensor, ValueLossStats]:
+    """PPO's clipped value loss for the critic (Schulman et al. 2017; the clipping as in OpenAI
+    baselines' ``ppo2`` and InstructGPT-style RLHF trainers).
+
+    Per token, with ``v`` the critic's new value, ``v_old`` its value when the batch was scored
+    and ``R`` the return (GAE's ``A + v_old``)::
+
+        v_clip = v_old + clip(v - v_old, -clip_eps, clip_eps)
+        loss   = 0.5 * max((v - R)^2, (v_clip - R)^2)
+
+    so the critic cannot move further than ``clip_eps`` from its old value in one batch (where the
+    clipped error is the larger one, the token's gradient is cut). ``clip_eps=None`` or 0 gives
+    the plain ``0.5 * (v - R)^2``. Reduced like the policy loss (:func:`reduce_loss`), so both
+    weigh tokens alike. Masked-out positions contribute nothing, whatever they hold.
+    """
+    check_shape("old_values_BT", old_values_BT, tuple(values_BT.shape))
+    check_shape("returns_BT", returns_BT, tuple(values_BT.shape))
+    check_shape("mask_BT", mask_BT, tuple(values_BT.shape))
+    m_BT = as_mask(mask_BT, values_BT)  # B x T
+    v_BT = _zero_masked(values_BT, m_BT)  # B x T
+    old_BT = _zero_masked(old_values_BT.detach().to(values_BT.dtype), m_BT)  # B x T
+    ret_BT = _zero_masked(returns_BT.detach().to(values_BT.dtype), m_BT)  # B x T
+    err_BT = (v_BT - ret_BT).square()  # B x T
+    if clip_eps:
+        v_clip_BT = old_BT + (v_BT - old_BT).clamp(-clip_eps, clip_eps)  # B x T
+        err_clip_BT = (v_clip_BT - ret_BT).square()  # B x T
+        loss_BT = 0.5 * torch.maximum(err_BT, err_clip_BT)  # B x T
+        clipped_BT = err_clip_BT > err_BT  # B x T
+    else:
+        loss_BT = 0.5 * err_BT  # B x T
+        clipped_BT = torch.zeros_like(err_BT, dtype=torch.bool)
+    loss = reduce_loss(loss_BT, m_BT, reduction, norm_constant=norm_constant)
+    with torch.no_grad():
+        on_BT = m_BT > 0
+        ret_N, v_N = ret_BT[on_BT], v_BT.detach()[on_BT]
+        var_ret = ret_N.var(unbiased=False) if ret_N.numel() > 1 else ret_N.new_zeros(())
+        resid_var = (ret_N - v_N).var(unbiased=False) if ret_N.numel() > 1 else ret_N.new_zeros(())
+        ev = (1 - resid_var / var_ret) if float(var_ret) > 1e-12 else ret_N.new_zeros(())
+        stats = ValueLossStats(
+            loss=float(loss.detach()),
+            clip_frac=float(masked_mean(clipped_BT.to(m_BT.dtype), m_BT)),
+            value_mean=float(masked_mean(v_BT.detach(), m_BT)),
+            returns_mean=float(masked_mean(ret_BT, m_BT)),
+            explained_variance=float(ev),
+        )
     return loss, stats

@@ -19,9 +19,10 @@ import torch
 
 from trainers.batch import TrainBatch
 from trainers.config import TrainConfig
+from trainers.distributed import SINGLE, DistContext
 from trainers.kl import kl_loss
-from trainers.logprobs import shared_prefix_len, token_logprobs
-from trainers.losses import entropy_bonus_loss, policy_loss
+from trainers.logprobs import forward_logprobs, shared_prefix_len, token_logprobs
+from trainers.losses import entropy_bonus_loss, policy_loss, value_loss
 from trainers.types import KLConfig, PolicyLossConfig
 
 __all__ = ["StepStats", "train_step", "loss_config", "old_logprobs"]
@@ -56,7 +57,7 @@ def loss_config(cfg: TrainConfig) -> PolicyLossConfig:
     return PolicyLossConfig(
         eps_low=cfg.eps_low,
         eps_high=cfg.eps_high,
-        truncated_is=cfg.truncated_is,
+        truncated_is=cfg.truncated_is or cfg.async_staleness > 0,
         reduction=cfg.reduction,
         norm_constant=float(cfg.max_turns * cfg.max_tokens_per_turn),
     )
@@ -66,17 +67,62 @@ def _micro_batches(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
+def _fsdp_clip(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Clip FSDP2's sharded gradients by the norm of the whole gradient (``max_norm`` 0: only
+    measure): the squares of each rank's disjoint shards, summed with one ``all_reduce``."""
+    local_sq = torch.zeros((), dtype=torch.float64, device=params[0].device if params else "cpu")
+    for p in params:
+        if p.grad is not None:
+            g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+            local_sq = local_sq + g.double().square().sum()
+    torch.distributed.all_reduce(local_sq)
+    norm = local_sq.sqrt().float()
+    if max_norm > 0:
+        coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(coef.to(p.grad.device))
+    return norm
+
+
+def _lockstep_micro_batches(n: int, size: int, dist: DistContext) -> list[slice | None]:
+    """This rank's micro-batches; with FSDP2 padded with ``None`` (a dummy pass) to the largest
+    count of any rank, since every rank must run the same number of forwards and backwards."""
+    mbs: list[slice | None] = list(_micro_batches(n, size))
+    if dist.fsdp and dist.enabled:
+        mbs += [None] * (max(dist.all_gather_objects(len(mbs))) - len(mbs))
+    return mbs
+
+
 @torch.no_grad()
 def old_logprobs(
-    model: torch.nn.Module, batch: TrainBatch, micro_batch_size: int, bf16: bool
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    micro_batch_size: int,
+    bf16: bool,
+    fused_head: bool = True,
+    dist: DistContext = SINGLE,
+    filler: TrainBatch | None = None,
 ) -> torch.Tensor:
-    """Logprobs of ``batch`` under ``model`` now, without gradient, padded like the batch."""
+    """Logprobs of ``batch``'s trained tokens under ``model`` now (0 elsewhere), without gradient,
+    padded like the batch. With FSDP2, ``filler`` (any one-row batch) feeds the dummy passes."""
     out_BT = torch.zeros_like(batch.mask_BT)
-    for sl in _micro_batches(batch.input_ids_BT.shape[0], micro_batch_size):
+    for sl in _lockstep_micro_batches(batch.input_ids_BT.shape[0], micro_batch_size, dist):
+        if sl is None:  # FSDP2: keep the collectives in step with the other ranks
+            assert filler is not None
+            token_logprobs(model, filler.input_ids_BT, filler.attention_mask_BT, bf16=bf16, fused_head=False)
+            continue
         sub = batch.select(sl)
-        prefix = shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
+        # FSDP2: a shared-prefix pass is one more forward, which the other ranks might not run
+        prefix = 0 if dist.fsdp else shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
         lp_BT, _ = token_logprobs(
-            model, sub.input_ids_BT, sub.attention_mask_BT, bf16=bf16, prefix_len=prefix
+            model,
+            sub.input_ids_BT,
+            sub.attention_mask_BT,
+            bf16=bf16,
+            prefix_len=prefix,
+            mask_BT=sub.mask_BT,
+            fused_head=fused_head,
         )
         out_BT[sl, : lp_BT.shape[1]] = lp_BT.float()
     return out_BT
@@ -90,44 +136,84 @@ def train_step(
     *,
     ref_logprobs_fn: Any = None,
     scheduler: Any = None,
+    dist: DistContext = SINGLE,
+    critic: torch.nn.Module | None = None,
 ) -> StepStats:
     """Run ``cfg.updates_per_step`` optimizer updates on ``batch`` (advantages already set).
 
-    ``ref_logprobs_fn(input_ids_BT, attention_mask_BT, prefix_len) -> logprobs_BT`` gives the
-    reference model's logprobs (needed when ``cfg.kl_coef > 0``)."""
+    ``ref_logprobs_fn(input_ids_BT, attention_mask_BT, prefix_len, mask_BT) -> logprobs_BT``
+    gives the reference model's logprobs (needed when ``cfg.kl_coef > 0``).
+
+    ``critic`` (a :class:`trainers.critic.ValueHead`, with ``advantage="gae"``): its clipped value
+    loss against ``batch.returns_BT`` (:func:`trainers.losses.value_loss`), times
+    ``cfg.value_coef``, joins the loss; the optimizer must hold its parameters too.
+
+    Data parallel (``dist.world_size > 1``): every rank passes the same whole ``batch`` and
+    trains on its contiguous shard of the sequences; each micro-batch's loss is scaled by its
+    share of the whole batch, the gradients are summed over ranks before clipping, so every rank
+    applies the full batch's update (see :mod:`trainers.distributed`). The stats are the whole
+    batch's on every rank."""
     if batch.advantages_BT is None:
         raise ValueError("set batch.advantages_BT before train_step (trainers.advantages.compute_advantages)")
+    if critic is not None and (batch.returns_BT is None or batch.old_values_BT is None):
+        raise ValueError("a critic needs batch.returns_BT and batch.old_values_BT (see trainers.critic)")
     start = time.perf_counter()
+    batch = batch.to(next(model.parameters()).device)
     model.train()
     pcfg = loss_config(cfg)
     kcfg = KLConfig(estimator=cfg.kl_estimator, coef=cfg.kl_coef)
-    B = batch.input_ids_BT.shape[0]
-    total_tokens = max(batch.num_tokens, 1)
-    if cfg.updates_per_step > 1 and batch.old_logprobs_BT is None:
-        batch.old_logprobs_BT = old_logprobs(model, batch, cfg.micro_batch_size, cfg.bf16)
+    B = batch.input_ids_BT.shape[0]  # sequences in the whole batch (all ranks)
+    total_tokens = max(batch.num_tokens, 1)  # trained tokens in the whole batch
+    local = batch.select(dist.shard(B)) if dist.enabled else batch  # this rank's rows
+    B_local = local.input_ids_BT.shape[0]
+    # FSDP2 divides the reduced gradients by the world size; our shares already sum to 1
+    loss_scale = float(dist.world_size) if dist.fsdp else 1.0
+    filler = batch.select(slice(0, 1))  # FSDP2's dummy passes run on it, with weight 0
+    if cfg.updates_per_step > 1 and local.old_logprobs_BT is None and (B_local or dist.fsdp):
+        local.old_logprobs_BT = old_logprobs(
+            model, local, cfg.micro_batch_size, cfg.bf16, cfg.fused_head, dist=dist, filler=filler
+        )
     stats = StepStats(num_tokens=batch.num_tokens, num_sequences=B)
     sums: dict[str, float] = {"policy": 0.0, "kl": 0.0, "entropy": 0.0, "clip": 0.0, "approx_kl": 0.0}
+    if pcfg.truncated_is:
+        sums.update(tis_weight=0.0, rollout_kl=0.0)
+    if critic is not None:
+        sums.update(value_loss=0.0, value_clip=0.0, explained_variance=0.0)
     ratio_max = 0.0
+    # (with FSDP2 the root module's parameters can be its unsharded copies here; the optimizer
+    # holds the sharded ones, which get the gradients: see _fsdp_clip's caller)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if critic is not None:
+        params += [p for p in critic.parameters() if p.requires_grad]
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
-        for sl in _micro_batches(B, cfg.micro_batch_size):
-            sub = batch.select(sl)
+        for sl in _lockstep_micro_batches(B_local, cfg.micro_batch_size, dist):
+            dummy = sl is None  # FSDP2 only: a pass with weight 0, to keep collectives in step
+            sub = filler if sl is None else local.select(sl)
             n_tok = int(sub.mask_BT.sum())
-            if n_tok == 0:
+            if n_tok == 0 and not dist.fsdp:
                 continue
             # each micro-batch's reduced loss, scaled to its share of the full batch
             share = n_tok / total_tokens if pcfg.reduction == "token_mean" else sub.mask_BT.shape[0] / B
-            # rows of a micro-batch usually share their prompt's start: run it once
-            prefix = shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
-            logprobs_BT, entropy_BT = token_logprobs(
+            if dummy:
+                share, n_tok = 0.0, 0
+                sub.old_logprobs_BT = None
+            # rows of a micro-batch usually share their prompt's start: run it once (not under
+            # FSDP2, where it is one more forward that other ranks might not run)
+            prefix = 0 if dist.fsdp else shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
+            out = forward_logprobs(
                 model,
                 sub.input_ids_BT,
                 sub.attention_mask_BT,
+                mask_BT=sub.mask_BT,  # the LM head runs only where a trained token is predicted
                 with_entropy=True,  # logged always; carries a gradient only for an entropy bonus
                 entropy_grad=cfg.entropy_coef > 0,
                 bf16=cfg.bf16,
                 prefix_len=prefix,
+                value_head=critic,
+                fused_head=cfg.fused_head,
             )
+            logprobs_BT, entropy_BT = out.logprobs_BT, out.entropy_BT
             old_BT = sub.old_logprobs_BT if sub.old_logprobs_BT is not None else logprobs_BT.detach()
             loss, pstats = policy_loss(
                 cfg.loss,
@@ -136,17 +222,20 @@ def train_step(
                 sub.advantages_BT,
                 sub.mask_BT,
                 pcfg,
-                rollout_logprobs_BT=sub.rollout_logprobs_BT if cfg.truncated_is else None,
+                rollout_logprobs_BT=sub.rollout_logprobs_BT if pcfg.truncated_is else None,
             )
             sums["policy"] += pstats.loss * share
             sums["clip"] += (pstats.clip_frac_low + pstats.clip_frac_high) * n_tok
             sums["approx_kl"] += pstats.approx_kl * n_tok
+            if pcfg.truncated_is:
+                sums["tis_weight"] += pstats.tis_weight_mean * n_tok
+                sums["rollout_kl"] += (pstats.rollout_kl or 0.0) * n_tok
             ratio_max = max(ratio_max, pstats.ratio_max)
             if cfg.kl_coef > 0:
                 if ref_logprobs_fn is None:
                     raise ValueError("kl_coef > 0 needs ref_logprobs_fn (the reference model's logprobs)")
                 with torch.no_grad():
-                    ref_BT = ref_logprobs_fn(sub.input_ids_BT, sub.attention_mask_BT, prefix)
+                    ref_BT = ref_logprobs_fn(sub.input_ids_BT, sub.attention_mask_BT, prefix, sub.mask_BT)
                 kl_term, kstats = kl_loss(
                     logprobs_BT, ref_BT, sub.mask_BT, kcfg, pcfg.reduction, norm_constant=pcfg.norm_constant
                 )
@@ -158,19 +247,42 @@ def train_step(
             if cfg.entropy_coef > 0:
                 loss = loss + ent_term
             sums["entropy"] += estats.entropy_mean * n_tok
-            (loss * share).backward()
+            if critic is not None:
+                assert out.values_BT is not None and sub.returns_BT is not None
+                v_term, vstats = value_loss(
+                    out.values_BT,
+                    sub.old_values_BT,
+                    sub.returns_BT,
+                    sub.mask_BT,
+                    clip_eps=cfg.value_clip,
+                    reduction=pcfg.reduction,
+                    norm_constant=pcfg.norm_constant,
+                )
+                loss = loss + cfg.value_coef * v_term
+                sums["value_loss"] += vstats.loss * share
+                sums["value_clip"] += vstats.clip_frac * n_tok
+                sums["explained_variance"] += vstats.explained_variance * n_tok
+            (loss * (share * loss_scale)).backward()
+        dist.all_reduce_gradients(params)  # sum over ranks: the whole batch's gradient
+        if dist.fsdp:  # sharded gradients: the norm of the whole gradient, then scale
+            sharded = [p for group in optimizer.param_groups for p in group["params"]]
+            stats.grad_norm = float(_fsdp_clip(sharded, cfg.grad_clip))
+            optimizer.step()
+            continue
         if cfg.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         else:
-            norm = torch.sqrt(
-                sum((p.grad.float() ** 2).sum() for p in model.parameters() if p.grad is not None)
-            )
+            norm = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in params if p.grad is not None))
         stats.grad_norm = float(norm)
         optimizer.step()
     if scheduler is not None:
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     model.eval()
+    if dist.enabled:  # every rank reports the whole batch
+        keys = list(sums)
+        sums = dict(zip(keys, dist.all_reduce_sum([sums[k] for k in keys]), strict=True))
+        ratio_max = max(dist.all_gather_objects(ratio_max))
     updates = cfg.updates_per_step
     stats.policy_loss = sums["policy"] / updates
     stats.kl = sums["kl"] / (total_tokens * updates)
@@ -181,5 +293,12 @@ def train_step(
     stats.loss = stats.policy_loss
     stats.lr = float(optimizer.param_groups[0]["lr"])
     stats.seconds = time.perf_counter() - start
+    if pcfg.truncated_is:  # how far the sampler's logprobs were from the trainer's
+        stats.extra["tis_weight_mean"] = sums["tis_weight"] / (total_tokens * updates)
+        stats.extra["rollout_kl"] = sums["rollout_kl"] / (total_tokens * updates)
+    if critic is not None:
+        stats.extra["value_loss"] = sums["value_loss"] / updates
+        stats.extra["value_clip_frac"] = sums["value_clip"] / (total_tokens * updates)
+        stats.extra["explained_variance"] = sums["explained_variance"] / (total_tokens * updates)
     stats.tokens_per_s = float(batch.attention_mask_BT.sum()) * updates / max(stats.seconds, 1e-9)
     return stats

@@ -36,6 +36,7 @@ __all__ = [
     "PolicyLossStats",
     "KLStats",
     "EntropyStats",
+    "ValueLossStats",
     "parse_choice",
 ]
 
@@ -292,6 +293,27 @@ class EntropyStats:
     """Mean per-token entropy of the policy, in nats."""
     loss: float
     """``-coef * reduced entropy`` (the number added to the loss)."""
+
+    def as_dict(self) -> dict[str, float]:
+        """The fields as a flat dict, for a metrics logger."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ValueLossStats:
+    """What the critic's value loss reports (over trained tokens)."""
+
+    loss: float
+    """The reduced value loss (before ``value_coef``)."""
+    clip_frac: float
+    """Fraction of tokens where the clipped error was the larger one (their gradient is cut)."""
+    value_mean: float
+    """Mean predicted value."""
+    returns_mean: float
+    """Mean target (return)."""
+    explained_variance: float
+    """``1 - Var(returns - values) / Var(returns)``: 1 is a perfect critic, 0 no better than a
+    constant, negative worse (0 when the returns do not vary)."""
 
     def as_dict(self) -> dict[str, float]:
         """The fields as a flat dict, for a metrics logger."""
