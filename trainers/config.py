@@ -128,6 +128,9 @@ class TrainConfig:
     generated in a background thread while the trainer trains, at most k updates behind (a batch
     waits until the weights are recent enough); weights reach the sampler in flight after every
     update, and truncated importance sampling against the rollout logprobs corrects the rest."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """A single-process run's device: 'auto' is the GPU when CUDA is available, else the CPU.
+    (Under torchrun the backend decides: NCCL ranks use their GPU, gloo ranks the CPU.)"""
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     """Under torchrun (WORLD_SIZE > 1): the process-group backend; 'auto' is NCCL with FSDP2 on
     CUDA, gloo data parallelism on CPU. Ignored in a single process."""

@@ -38,7 +38,7 @@ import torch
 
 from skyrl_gym.errors import ConfigError
 
-__all__ = ["DistContext", "SINGLE", "init_distributed", "shard_slice", "DistBackend"]
+__all__ = ["DistContext", "SINGLE", "init_distributed", "resolve_device", "shard_slice", "DistBackend"]
 
 DistBackend = Literal["auto", "gloo", "nccl"]
 
@@ -65,6 +65,8 @@ class DistContext:
     """``"gloo"`` or ``"nccl"`` when a process group is up, else ``None``."""
     fsdp: bool = False
     """True when the model is sharded with FSDP2 (NCCL on CUDA) instead of replicated."""
+    single_device: str = "cpu"
+    """Where a single-process run (no process group) puts its model: ``"cpu"`` or ``"cuda"``."""
 
     @property
     def enabled(self) -> bool:
@@ -79,7 +81,9 @@ class DistContext:
     @property
     def device(self) -> torch.device:
         """Where this rank's model lives."""
-        return torch.device("cuda", self.local_rank) if self.backend == "nccl" else torch.device("cpu")
+        if self.backend == "nccl":
+            return torch.device("cuda", self.local_rank)
+        return torch.device(self.single_device) if self.backend is None else torch.device("cpu")
 
     def shard(self, n: int) -> slice:
         """This rank's contiguous slice of ``n`` items (see :func:`shard_slice`)."""
@@ -159,6 +163,18 @@ def _reduce_bucket(grads: list[torch.Tensor]) -> None:
         n = g.numel()
         g.copy_(flat[offset : offset + n].view_as(g))
         offset += n
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` -> ``"cuda"`` when CUDA is available, else ``"cpu"``; ``"cuda"`` without CUDA
+    raises :class:`ConfigError`; ``"cpu"`` stays."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda needs a CUDA GPU and a CUDA build of torch; use --device cpu")
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"unknown device {device!r}; choose 'auto', 'cpu' or 'cuda'")
+    return device
 
 
 SINGLE = DistContext()

@@ -47,7 +47,14 @@ from trainers.checkpoint import TrainState, latest_checkpoint, load_checkpoint, 
 from trainers.config import TrainConfig
 from trainers.critic import ValueHead, score_values
 from trainers.data import PromptSampler, load_rows
-from trainers.distributed import SINGLE, DistContext, full_state_dict, init_distributed, shard_model_fsdp2
+from trainers.distributed import (
+    SINGLE,
+    DistContext,
+    full_state_dict,
+    init_distributed,
+    resolve_device,
+    shard_model_fsdp2,
+)
 from trainers.logprobs import token_logprobs
 from trainers.lora import apply_lora, merged_weights
 from trainers.metrics import MetricsLogger, plot_metrics, truncate_jsonl
@@ -189,9 +196,9 @@ def _build_model(cfg: TrainConfig, dist: DistContext) -> tuple[torch.nn.Module, 
     rollout_model = copy.deepcopy(model).eval().requires_grad_(False) if separate else None
     if cfg.lora_rank > 0:
         model = apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, cfg.lora_dropout)
-    if dist.fsdp:
-        assert rollout_model is not None
+    if rollout_model is not None:
         rollout_model.to(dist.device)
+    if dist.fsdp:
         shard_model_fsdp2(model, dist)
     else:
         model.to(dist.device)
@@ -248,6 +255,8 @@ def train(cfg: TrainConfig) -> TrainResult:
     :mod:`trainers.distributed`."""
     owns_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     dist = init_distributed(cfg.dist_backend, fsdp=cfg.fsdp)
+    if not dist.enabled:
+        dist = dataclasses.replace(dist, single_device=resolve_device(cfg.device))
     try:
         return _train(cfg, dist)
     finally:

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from skyrl_gym.errors import ConfigError
 from tests.trainers.test_step import make_batch, tiny_lm
 from trainers.config import TrainConfig
-from trainers.distributed import SINGLE, init_distributed, shard_slice
+from trainers.distributed import SINGLE, init_distributed, resolve_device, shard_slice
 from trainers.step import train_step
 
 ROOT = Path(__file__).parents[2]
@@ -147,3 +148,18 @@ def test_torchrun_trains_the_cli_with_two_ranks(tmp_path, fsdp):
     assert sorted({(t["step"], t["group_id"]) for t in trajs}) == [(s, g) for s in (1, 2) for g in range(3)]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000001", "step_000002"]
     assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only answers")
+def test_resolve_device_without_cuda():
+    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
+    with pytest.raises(ConfigError, match="--device cpu"):
+        resolve_device("cuda")
+    with pytest.raises(ConfigError, match="choose"):
+        resolve_device("tpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_resolve_device_with_cuda():
+    assert resolve_device("auto") == "cuda" and resolve_device("cuda") == "cuda"
