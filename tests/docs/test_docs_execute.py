@@ -1,7 +1,7 @@
 """Every code block of the docs runs: README.md, docs/**/*.md and each recipe's README.
 
 Each page's runnable blocks (```` ```python ```` and ```` ```bash run ````, see docs/README.md
-for the markers) run in order, in one namespace, in a fresh process started in a scratch
+for the markers) run in order, in one namespace (README.md: each ``## `` section on its own), in a fresh process started in a scratch
 directory that links ``examples/``, ``docs/``, ``scripts/`` and ``bench/`` from this checkout
 (so commands read as if typed at the repository root, and what they write stays in the scratch
 directory). No connection may leave the machine. Blocks marked ``skip: <reason>`` become skipped
@@ -67,18 +67,30 @@ def _blocks(page) -> list[Block]:
     ]
 
 
-def _params():
-    params = []
+def _units() -> list[tuple[str, list[Block]]]:
+    """What runs in one process: a page, except README.md, whose ``## `` sections are
+    independent examples and run one by one (so a quick section is not held up by a slow one)."""
+    units = []
     for page in PAGES:
         blocks = _blocks(page)
-        if not blocks:
+        if page.path != "README.md":
+            units.append((page.path, blocks))
             continue
-        marks = set().union(*(b.markers for b in blocks)) & {"slow", "docker"}
-        params.append(
-            pytest.param(
-                page.path, blocks, id=page.path, marks=[getattr(pytest.mark, m) for m in sorted(marks)]
-            )
-        )
+        by_line = {n: h for h, lines in _readme_sections().items() for n in lines}
+        sections: dict[str, list[Block]] = {}
+        for b in blocks:
+            sections.setdefault(by_line.get(b.line, ""), []).append(b)
+        units += [(f"README.md {h.lstrip('# ')}".strip(), bs) for h, bs in sections.items()]
+    return [(name, blocks) for name, blocks in units if blocks]
+
+
+def _params():
+    params = []
+    for name, blocks in _units():
+        kinds = set().union(*(b.markers for b in blocks)) & {"slow", "docker"}
+        marks = [getattr(pytest.mark, m) for m in sorted(kinds)]
+        marks.append(pytest.mark.timeout(_budget(blocks) + 30))  # the unit's own budget, not the suite's
+        params.append(pytest.param(blocks[0].page, blocks, id=name, marks=marks))
     return params
 
 
@@ -105,6 +117,11 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _budget(blocks: list[Block]) -> float:
+    """Seconds a page may take: its blocks' timeouts and a minute for the process around them."""
+    return sum(b.timeout for b in blocks) + 60
+
+
 def run_blocks(page_path: str, blocks: list[Block], cwd: Path) -> str:
     """Run ``blocks`` of one page in a fresh process in ``cwd``; returns its output, fails the test
     with the output when a block fails or the page runs past the sum of its blocks' timeouts."""
@@ -119,7 +136,7 @@ def run_blocks(page_path: str, blocks: list[Block], cwd: Path) -> str:
             }
         )
     )
-    budget = sum(b.timeout for b in blocks) + 60
+    budget = _budget(blocks)
     proc = subprocess.Popen(
         [sys.executable, str(RUNNER), str(spec)],
         cwd=cwd,
