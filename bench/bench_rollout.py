@@ -42,18 +42,26 @@ class InstantEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: Any = None) -> None:
         super().__init__(env_config, extras)
         self.max_turns = int((extras or {}).get("turns", 16))
+        self.task = (extras or {}).get("task")  # set: every observation text is new (no cache hit)
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         self.turns += 1
+        where = f" (task {self.task})" if self.task is not None else ""
         return BaseTextEnvStepOutput(
-            observations=[{"role": "user", "content": f"Observation {self.turns}: 42 rows."}],
+            observations=[{"role": "user", "content": f"Observation {self.turns}{where}: 42 rows."}],
             reward=0.1,
             done=self.turns >= self.max_turns,
         )
 
 
 def run(
-    tokenizer: Any, concurrency: int, episodes: int, turns: int, latency_s: float, env_calls: str = "thread"
+    tokenizer: Any,
+    concurrency: int,
+    episodes: int,
+    turns: int,
+    latency_s: float,
+    env_calls: str = "thread",
+    unique: bool = False,
 ) -> tuple[float, Any]:
     policy = ScriptedPolicy(tokenizer, ["SELECT count(*) FROM t;"], latency_s=latency_s)
     cfg = RolloutConfig(
@@ -64,7 +72,13 @@ def run(
         env_calls=env_calls,
     )
     items = [
-        PromptItem("bench-instant", ({"role": "user", "content": f"Task {i}"},), {}, {"turns": turns}, str(i))
+        PromptItem(
+            "bench-instant",
+            ({"role": "user", "content": f"Task {i}"},),
+            {},
+            {"turns": turns, **({"task": i} if unique else {})},
+            str(i),
+        )
         for i in range(episodes)
     ]
     engine = RolloutEngine(policy, cfg, progress=False)
@@ -83,7 +97,14 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=16)
     ap.add_argument("--episodes-per-slot", type=int, default=4)
     ap.add_argument("--env-calls", nargs="+", default=["thread", "inline"], choices=["thread", "inline"])
+    ap.add_argument(
+        "--unique-observations",
+        action="store_true",
+        help="make every observation text distinct, so the renderer's cache of short texts never hits "
+        "(by default the instant env repeats 'Observation N: 42 rows.' across episodes)",
+    )
     args = ap.parse_args()
+    print(f"load average (1, 5, 15 min) at start: {os.getloadavg()}, cpus: {os.cpu_count()}")
 
     import skyrl_gym
 
@@ -94,7 +115,7 @@ def main() -> None:
     run(tok, 1, 2, args.turns, 0.0)  # warm-up (template compile, caches)
     for env_calls in args.env_calls:
         # the loop's own overhead: zero-latency policy, one episode at a time
-        wall, res = run(tok, 1, 20, args.turns, 0.0, env_calls)
+        wall, res = run(tok, 1, 20, args.turns, 0.0, env_calls, args.unique_observations)
         turns = res.stats.total_turns
         llm = sum(t.llm_seconds for t in res.trajectories)
         env = sum(t.env_seconds for t in res.trajectories)
@@ -109,7 +130,7 @@ def main() -> None:
         )
         for c in args.concurrency:
             episodes = max(4, c * args.episodes_per_slot)
-            wall, res = run(tok, c, episodes, args.turns, latency, env_calls)
+            wall, res = run(tok, c, episodes, args.turns, latency, env_calls, args.unique_observations)
             rate = res.stats.total_turns / wall
             ideal = c / latency
             cpu_us = res.cpu_seconds / res.stats.total_turns * 1e6
@@ -118,6 +139,7 @@ def main() -> None:
                 f"{env_calls:>9}  {c:>11}  {episodes:>8}  {rate:>9.1f}  {ideal:>9.1f}  {rate / ideal:>8.3f}"
                 f"  {cpu_us:>11.0f}  {ceiling:>11.3f}"
             )
+    print(f"load average (1, 5, 15 min) at end: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

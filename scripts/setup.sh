@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Sets up everything on a fresh Debian machine with Python 3.11: system packages (Docker,
-# debootstrap, bubblewrap), a virtual environment in .venv with the CPU build of torch, and this
+# debootstrap, bubblewrap, chromium for one browser test), a virtual environment in .venv with the CPU build of torch, and this
 # project with its extras. Safe to run again: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
-EXTRAS=${SKYRL_EXTRAS:-training,docker,litellm,http,serve,dev}
+EXTRAS=${SKYRL_EXTRAS:-training,docker,litellm,http,serve,tinker,ray,dev}
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
@@ -15,6 +15,7 @@ need_apt=()
 command -v dockerd >/dev/null || need_apt+=(docker.io)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 command -v bwrap >/dev/null || need_apt+=(bubblewrap)
+command -v chromium >/dev/null || need_apt+=(chromium)  # the trajectory viewer's headless-browser test
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     say "installing Debian packages: ${need_apt[*]}"

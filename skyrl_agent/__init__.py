@@ -8,7 +8,8 @@ Importing this package imports no torch; the local transformers policy lives in
 from skyrl_agent.chat import ChatRenderer, TokenizationReport, check_tokenization
 from skyrl_agent.engine import PromptItem, RolloutEngine, RolloutResult, RolloutStats, load_prompts
 from skyrl_agent.io import from_dataset, load_jsonl, load_parquet, save_jsonl, save_parquet, to_dataset
-from skyrl_agent.loop import EpisodeInfo, run_episode, split_steps
+from skyrl_agent.loop import EpisodeInfo, play_episode, run_episode, split_steps
+from skyrl_agent.tasks import load_tasks, save_tasks, tasks_to_dataset
 from skyrl_agent.types import (
     ChatModel,
     FinishReason,
@@ -45,9 +46,13 @@ __all__ = [
     "load_jsonl",
     "load_parquet",
     "load_prompts",
+    "load_tasks",
+    "play_episode",
     "run_episode",
     "save_jsonl",
     "save_parquet",
+    "save_tasks",
     "split_steps",
+    "tasks_to_dataset",
     "to_dataset",
 ]

@@ -41,6 +41,11 @@ __all__ = [
     "SHIPPED_TEMPLATES",
 ]
 
+#: Texts up to this many characters have their ids cached by ``ChatRenderer.encode_text``.
+_TEXT_CACHE_MAX_CHARS = 256
+#: Most cached texts per renderer (the cache is emptied when full).
+_TEXT_CACHE_ENTRIES = 8192
+
 #: Templates shipped with the runtime (``skyrl_agent/templates/NAME.jinja``).
 SHIPPED_TEMPLATES = ("chatml_tools", "chatml_think")
 
@@ -95,6 +100,10 @@ class ChatRenderer:
         self._plain = _plain_text_encoder(tokenizer)
         self._tools_keys: dict[int, tuple[Any, Any]] = {}
         self._closes: dict[int, bool] = {}
+        self._token_texts: dict[int, str] = {}  # end-of-turn token id -> its text
+        # Short observation texts repeat (error messages, "ok", the same tool output for every
+        # sample of a GRPO group): their ids are kept, bounded, as tokenizing costs tens of us.
+        self._text_ids: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ rendering
     def _template_for(self, tools: Sequence[dict[str, Any]] | None) -> str:
@@ -147,9 +156,20 @@ class ChatRenderer:
         """``text`` as plain-text ids: control-token lookalikes become ordinary characters."""
         if not text:
             return []
+        cacheable = len(text) <= _TEXT_CACHE_MAX_CHARS
+        if cacheable:
+            hit = self._text_ids.get(text)
+            if hit is not None:
+                return list(hit)
         if self._plain is not None:
-            return self._plain.encode(text, add_special_tokens=False).ids
-        return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+            ids = self._plain.encode(text, add_special_tokens=False).ids
+        else:
+            ids = self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+        if cacheable:
+            if len(self._text_ids) >= _TEXT_CACHE_ENTRIES:
+                self._text_ids.clear()
+            self._text_ids[text] = list(ids)
+        return ids
 
     def encode_prompt(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
@@ -175,7 +195,11 @@ class ChatRenderer:
         ``<|eot_id|>`` next to its EOS): its text is the one not repeated.
         """
         if last_token_id is not None:
-            strip = self.tokenizer.decode([last_token_id]) if turn_ended_with_eos else ""
+            strip = ""
+            if turn_ended_with_eos:
+                strip = self._token_texts.get(last_token_id)
+                if strip is None:
+                    strip = self._token_texts[last_token_id] = self.tokenizer.decode([last_token_id])
         else:
             strip = self._eos_text if turn_ended_with_eos else ""
         key = (self._shape_key(observations), self._tools_key(tools), strip)

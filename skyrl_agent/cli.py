@@ -52,11 +52,17 @@ def add_eval_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_common(p: argparse.ArgumentParser, temperature: float) -> None:
-    p.add_argument("--env", required=True, help="registered env id (see `skyrl envs`)")
+    p.add_argument("--env", help="registered env id (see `skyrl envs`); required unless --harbor")
+    p.add_argument(
+        "--harbor", metavar="TASKS_DIR", help="play the Harbor tasks of a folder (the `harbor` env)"
+    )
     p.add_argument(
         "--model", default="smollm2-135m", help="model directory, or 'smollm2-135m' (bundled, default)"
     )
-    p.add_argument("--prompts", help="JSONL dataset of prompts (default: the env's example())")
+    p.add_argument(
+        "--prompts",
+        help="tasks: a JSONL or Parquet file or a saved datasets directory (default: the env's example())",
+    )
     p.add_argument(
         "--num-prompts",
         type=int,
@@ -82,6 +88,8 @@ def _add_common(p: argparse.ArgumentParser, temperature: float) -> None:
     p.add_argument("--max-batch-size", type=int, default=16, help="rows in one model call")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--ray-workers", type=int, default=0, help="play on this many Ray workers (`ray` extra)")
+    p.add_argument("--ray-address", default=None, help="Ray cluster address (default: a local one)")
 
 
 def _rollout(args: argparse.Namespace) -> int:
@@ -132,7 +140,15 @@ def _play(args: argparse.Namespace):  # noqa: ANN202 - a RolloutResult
     from skyrl_agent.types import RolloutConfig, SamplingParams
     from skyrl_gym.errors import ConfigError
 
-    if args.prompts:
+    overrides: dict = {}
+    if args.harbor:  # Harbor tasks: the harbor_adapter package makes the rows and step deadlines
+        from harbor_adapter.dataset import rollout_plan
+
+        args.env = "harbor"
+        items, overrides = rollout_plan(args.harbor, max_turns=args.max_turns, limit=args.num_prompts)
+    elif not args.env:
+        raise ConfigError("give --env ENV_ID (see `skyrl envs`) or --harbor TASKS_DIR")
+    elif args.prompts:
         items = load_prompts(args.prompts, env_id=args.env, limit=args.num_prompts)
     else:
         items = prompts_from_example(args.env, args.num_prompts or 1)
@@ -148,11 +164,21 @@ def _play(args: argparse.Namespace):  # noqa: ANN202 - a RolloutResult
         n_samples=args.n,
         concurrency=args.concurrency,
         seed=args.seed,
+        **overrides,
     )
-    policy = _load_policy(args)
     template = args.template
     if template and template.endswith(".jinja"):
         template = Path(template).read_text(encoding="utf-8")
+    if args.ray_workers:  # each worker loads its own copy of the model
+        import functools
+
+        from skyrl_agent.ray_engine import RayConfig, RayRolloutEngine
+
+        ray_config = RayConfig(address=args.ray_address, num_workers=args.ray_workers)
+        factory = functools.partial(_load_policy, args)
+        with RayRolloutEngine(factory, config, ray_config, chat_template=template) as ray_engine:
+            return ray_engine.run_sync(items)
+    policy = _load_policy(args)
     renderer = ChatRenderer(policy.tokenizer, template)
     print(
         f"[rollout] env {args.env}: {len(items)} prompt(s) x {args.n} sample(s), model {args.model}",

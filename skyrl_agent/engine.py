@@ -1,15 +1,19 @@
 """The rollout engine: many episodes at once on one event loop.
 
-Each prompt becomes ``n_samples`` episodes (a GRPO group). Every episode goes through two
-stages that overlap with other episodes' generation:
+Each prompt becomes ``n_samples`` episodes (a GRPO group). Every episode goes through three
+stages that overlap with other episodes' generation, each with its own thread pool:
 
-1. **set-up** (at most ``env_threads`` at once): ``skyrl_gym.make`` builds the env in a worker
-   thread (starting a container, opening a database...), so a slow sandbox never holds a
-   generation slot;
-2. **play** (at most ``concurrency`` at once): :func:`~skyrl_agent.loop.run_episode`, whose
-   ``env.step`` calls (including grading) run in the thread pool with deadlines, while the
-   policy serves the other episodes. A batching policy (``HFPolicy``) gathers the concurrent
-   turn requests into one model call.
+1. **set-up** (at most ``env_threads`` at once, built envs waiting for a generation slot
+   included): ``skyrl_gym.make`` builds the env, then its optional ``setup()`` hook (starting a
+   container, building an image) and ``init(prompt)`` run in worker threads, so a slow sandbox
+   never holds a generation slot;
+2. **play** (at most ``concurrency`` at once): :func:`~skyrl_agent.loop.play_episode`, whose
+   ``env.step`` calls run in the thread pool with deadlines, while the policy serves the other
+   episodes. A batching policy (``HFPolicy``) gathers the concurrent turn requests into one
+   model call;
+3. **finish** (at most ``env_threads`` at once): the env's optional ``grade()`` hook (a
+   verifier or test suite; its reward is added to the last turn's), ``get_metrics()`` and
+   ``close()``, after the generation slot was released.
 
 An episode that fails for infrastructure reasons (env crash, env timeout, policy error) is
 retried up to ``max_retries`` times with the same seed, then kept with ``masked=True``: it is
@@ -20,9 +24,7 @@ repeats exactly with the same policy.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import gc
-import json
 import random
 import sys
 import time
@@ -32,8 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from skyrl_agent._env_stages import EnvFailure, finish_env, finish_episode, may_grade, setup_and_init
+from skyrl_agent._thread_pool import LoopThreadPool, run_in
 from skyrl_agent.chat import ChatRenderer
-from skyrl_agent.loop import EpisodeInfo, run_episode, split_steps
+from skyrl_agent.loop import EpisodeInfo, play_episode, split_steps
 from skyrl_agent.types import ChatModel, Policy, RolloutConfig, StopReason, Trajectory
 from skyrl_gym.errors import ConfigError
 
@@ -42,6 +46,8 @@ __all__ = [
     "RolloutStats",
     "RolloutResult",
     "RolloutEngine",
+    "EpisodeJob",
+    "episode_jobs",
     "episode_seed",
     "load_prompts",
     "prompts_from_example",
@@ -82,39 +88,23 @@ def prompts_from_example(env_id: str, count: int = 1) -> list[PromptItem]:
 
 
 def load_prompts(path: str | Path, env_id: str | None = None, limit: int | None = None) -> list[PromptItem]:
-    """Read a JSONL dataset: one row per line with ``prompt`` (messages or a string), optional
-    ``env_id`` (or the published ``env_class``), ``env_config``, ``extras`` and ``id``.
-    ``env_id`` overrides the rows'."""
-    items = []
-    with Path(path).open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            prompt = row.get("prompt")
-            if isinstance(prompt, str):
-                prompt = [{"role": "user", "content": prompt}]
-            if not isinstance(prompt, list) or not prompt:
-                raise ConfigError(f"{path}:{lineno}: 'prompt' must be a message list or a string")
-            row_env = env_id or row.get("env_id") or row.get("env_class")
-            if not row_env:
-                raise ConfigError(f"{path}:{lineno}: no env id; add 'env_id' to the row or pass --env")
-            extras = dict(row.get("extras") or {})
-            for key in ("reward_spec", "extra_info"):  # published dataset columns
-                if key in row and key not in extras:
-                    extras[key] = row[key]
-            items.append(
-                PromptItem(
-                    row_env,
-                    tuple(prompt),
-                    dict(row.get("env_config") or {}),
-                    extras,
-                    str(row.get("id", lineno - 1)),
-                )
-            )
-            if limit is not None and len(items) >= limit:
-                break
-    return items
+    """Read tasks from a JSONL or Parquet file (or a saved ``datasets.Dataset`` directory) with
+    the published columns: ``prompt`` (messages or a string), ``env_class`` (or ``env_id``),
+    ``reward_spec``, ``extra_info``, optional ``env_config``, ``extras`` and ``id`` (else the
+    row's position: its line number minus one in JSONL). ``env_id`` overrides the rows'. See
+    :mod:`skyrl_agent.tasks` for the conventions and for ``datasets.Dataset`` sources."""
+    from skyrl_agent.tasks import load_tasks
+
+    return load_tasks(path, env_id=env_id, limit=limit)
+
+
+#: One episode of a batch: (group index, sample index, the row).
+EpisodeJob = tuple[int, int, PromptItem]
+
+
+def episode_jobs(items: Sequence[PromptItem], n_samples: int) -> list[EpisodeJob]:
+    """The episodes of a batch: ``n_samples`` per item, in (group, sample) order."""
+    return [(g, s, item) for g, item in enumerate(items) for s in range(n_samples)]
 
 
 def episode_seed(base: int, group: int, sample: int) -> int:
@@ -268,23 +258,27 @@ class RolloutEngine:
 
     async def run(self, items: Sequence[PromptItem]) -> RolloutResult:
         """Play ``n_samples`` episodes of every item; return them with the batch's counts."""
+        return await self.run_jobs(episode_jobs(items, self.config.n_samples))
+
+    async def run_jobs(self, jobs: Sequence[EpisodeJob]) -> RolloutResult:
+        """Play the given episodes ``(group, sample, item)`` (a shard of a batch: the Ray engine
+        gives each worker some groups); seeds derive from ``(config.seed, group, sample)``, so
+        an episode is the same whichever process plays it."""
         old_threshold = gc.get_threshold()
         if self.gc_gen0_threshold is not None:
             gc.set_threshold(max(self.gc_gen0_threshold, old_threshold[0]), *old_threshold[1:])
         try:
-            return await self._run(items)
+            return await self._run(jobs)
         finally:
             gc.set_threshold(*old_threshold)
 
-    async def _run(self, items: Sequence[PromptItem]) -> RolloutResult:
+    async def _run(self, jobs: Sequence[EpisodeJob]) -> RolloutResult:
         cfg = self.config
         start = time.monotonic()
-        executor = concurrent.futures.ThreadPoolExecutor(cfg.env_threads, thread_name_prefix="skyrl-env")
-        setup_slots = asyncio.Semaphore(cfg.env_threads)
-        play_slots = asyncio.Semaphore(cfg.concurrency)
+        stages = _Stages.open(cfg)
         done: list[Trajectory] = []
         retries = 0
-        total = len(items) * cfg.n_samples
+        total = len(jobs)
 
         async def one(group: int, sample: int, item: PromptItem) -> Trajectory:
             nonlocal retries
@@ -299,7 +293,7 @@ class RolloutEngine:
             for attempt in range(cfg.max_retries + 1):
                 if attempt:
                     retries += 1
-                traj = await self._episode(item, info, executor, setup_slots, play_slots)
+                traj = await self._episode(item, info, stages)
                 if not traj.masked:
                     break
             assert traj is not None
@@ -308,16 +302,12 @@ class RolloutEngine:
 
         reporter = asyncio.create_task(self._report(done, total, start)) if self.progress else None
         try:
-            tasks = [
-                asyncio.create_task(one(g, s, item))
-                for g, item in enumerate(items)
-                for s in range(cfg.n_samples)
-            ]
+            tasks = [asyncio.create_task(one(g, s, item)) for g, s, item in jobs]
             trajs = await asyncio.gather(*tasks)
         finally:
             if reporter is not None:
                 reporter.cancel()
-            executor.shutdown(wait=False, cancel_futures=True)
+            stages.close()
         wall = time.monotonic() - start
         trajs = sorted(trajs, key=lambda t: (t.group_id, t.sample_index))
         stats = RolloutStats.of(trajs, wall, retries)
@@ -330,15 +320,15 @@ class RolloutEngine:
         self,
         item: PromptItem,
         info: EpisodeInfo,
-        executor: concurrent.futures.Executor,
-        setup_slots: asyncio.Semaphore,
-        play_slots: asyncio.Semaphore,
+        stages: _Stages,
     ) -> Trajectory:
-        loop = asyncio.get_running_loop()
         cfg = self.config
-        async with setup_slots:
+        # set-up stage: build, seed, setup() and init() without a generation slot. The set-up
+        # slot is kept until a generation slot is free, so at most env_threads envs are built
+        # ahead of the players (built envs hold containers, connections, memory).
+        async with stages.setup_slots:
             t0 = time.monotonic()
-            made = loop.run_in_executor(executor, self.env_factory, item)
+            made = run_in(stages.setup_pool, self.env_factory, item)
             try:
                 env = await asyncio.wait_for(asyncio.shield(made), cfg.env_setup_timeout_s)
                 if hasattr(env, "seed"):
@@ -350,21 +340,52 @@ class RolloutEngine:
                 else:
                     err = f"{type(exc).__name__}: {exc}"
                 return _failed(info, f"{err} (in env set-up)", time.monotonic() - t0)
-        async with play_slots:
-            if self.chat_level:
-                from skyrl_agent.chat_loop import run_chat_episode
-
-                return await run_chat_episode(
-                    self.policy, env, item.prompt, config=cfg, info=info, executor=executor
+            try:
+                initial, setup_s = await setup_and_init(
+                    env, item.prompt, config=cfg, executor=stages.setup_pool
                 )
-            return await run_episode(
-                self.policy,
-                env,
-                item.prompt,
-                config=cfg,
-                renderer=self.renderer,
-                info=info,
-                executor=executor,
+            except EnvFailure as failure:
+                traj = _failed(info, failure.error, time.monotonic() - t0)
+                if not failure.abandoned:  # a call still running in its thread keeps the env
+                    await finish_env(env, stages.finish_pool, close=True)
+                return traj
+            try:
+                await stages.play_slots.acquire()
+            except BaseException:  # cancelled while waiting: close the built env in the background
+                stages.finish_pool.submit(env.close)
+                raise
+        # play stage: the turns, holding a generation slot
+        try:
+            if self.chat_level:
+                from skyrl_agent.chat_loop import play_chat_episode
+
+                traj, env_busy = await play_chat_episode(
+                    self.policy,
+                    env,
+                    item.prompt,
+                    config=cfg,
+                    info=info,
+                    executor=stages.step_pool,
+                    initial=initial,
+                )
+            else:
+                traj, env_busy = await play_episode(
+                    self.policy,
+                    env,
+                    item.prompt,
+                    config=cfg,
+                    renderer=self.renderer,
+                    info=info,
+                    executor=stages.step_pool,
+                    initial=initial,
+                )
+        finally:
+            stages.play_slots.release()
+        traj.env_seconds += setup_s
+        # finish stage: grade() (a verifier), metrics and close, without a generation slot
+        async with stages.finish_slots:
+            return await finish_episode(
+                env, traj, config=cfg, executor=stages.finish_pool, grade=may_grade(traj, env_busy)
             )
 
     async def _report(self, done: list[Trajectory], total: int, start: float) -> None:
@@ -387,6 +408,36 @@ class RolloutEngine:
             file=self.progress_stream,
             flush=True,
         )
+
+
+@dataclass
+class _Stages:
+    """The slots and thread pools of one batch. Each stage has its own pool, so a slow
+    ``setup()`` or ``grade()`` never delays the ``step`` calls of episodes that are playing."""
+
+    setup_slots: asyncio.Semaphore
+    play_slots: asyncio.Semaphore
+    finish_slots: asyncio.Semaphore
+    setup_pool: LoopThreadPool
+    step_pool: LoopThreadPool
+    finish_pool: LoopThreadPool
+
+    @classmethod
+    def open(cls, cfg: RolloutConfig) -> _Stages:
+        loop = asyncio.get_running_loop()
+        n = cfg.env_threads
+        return cls(
+            asyncio.Semaphore(n),
+            asyncio.Semaphore(cfg.concurrency),
+            asyncio.Semaphore(n),
+            LoopThreadPool(loop, n, "skyrl-setup"),
+            LoopThreadPool(loop, n, "skyrl-env"),
+            LoopThreadPool(loop, n, "skyrl-finish"),
+        )
+
+    def close(self) -> None:
+        for p in (self.setup_pool, self.step_pool, self.finish_pool):
+            p.close()
 
 
 def _close_late_env(fut: asyncio.Future[Any]) -> None:

@@ -2,6 +2,7 @@
 
 ::
 
+    env.setup()                             # optional hook, in a worker thread
     messages = env.init(prompt)             # in a worker thread, with a deadline
     ids = render(messages)                  # once: prompt_ids
     repeat:
@@ -10,6 +11,7 @@
         reward -> the turn's last token
         if done or a budget is spent: stop
         ids += tokens of out.observations   # loss mask 0, never re-rendered
+    reward += env.grade()                   # optional hook: added to the last turn's reward
 
 Budgets: ``max_turns``, ``max_tokens_per_turn``, ``max_context_tokens`` (each turn's
 ``max_tokens`` is cut to what still fits) and ``episode_deadline_s``. The stop reason is recorded.
@@ -17,7 +19,8 @@ Budgets: ``max_turns``, ``max_tokens_per_turn``, ``max_context_tokens`` (each tu
 Failures: an exception from ``env.init``/``env.step`` or an env call past
 ``env_step_timeout_s`` is an infrastructure failure (or an env bug): the trajectory is returned
 with ``masked=True``, ``stop_reason=env_error`` and the error text, never as reward 0. A policy
-exception gives ``policy_error``, also masked. Env threads cannot be killed: a timed-out env
+exception gives ``policy_error``, also masked; so does a ``grade()`` that raises or passes
+``env_grade_timeout_s``. Env threads cannot be killed: a timed-out env
 call is abandoned and its thread finishes on its own.
 """
 
@@ -30,6 +33,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyrl_agent._env_stages import EnvFailure as _EnvFailure
+from skyrl_agent._env_stages import env_call as _env_call
+from skyrl_agent._env_stages import finish_episode, may_grade, setup_and_init
+from skyrl_agent._thread_pool import LoopThreadPool
 from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.types import (
     FinishReason,
@@ -41,7 +48,7 @@ from skyrl_agent.types import (
 )
 from skyrl_gym.types import as_step_output
 
-__all__ = ["run_episode", "turn_seed", "EpisodeInfo", "split_steps"]
+__all__ = ["run_episode", "play_episode", "turn_seed", "EpisodeInfo", "split_steps"]
 
 
 def turn_seed(episode_seed: int, turn: int) -> int:
@@ -67,46 +74,6 @@ class EpisodeInfo:
     """Free-form, not copied."""
 
 
-class _EnvFailure(Exception):
-    def __init__(self, stop: StopReason, error: str) -> None:
-        super().__init__(error)
-        self.stop, self.error = stop, error
-
-
-async def _env_call(
-    fn: Callable[..., Any],
-    *args: Any,
-    executor: concurrent.futures.Executor | None,
-    timeout_s: float,
-    deadline: float,
-    what: str,
-    inline: bool = False,
-) -> tuple[Any, float]:
-    """Run a synchronous env call in a thread; returns (result, seconds)."""
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise _EnvFailure(StopReason.DEADLINE, f"episode deadline passed before {what}")
-    limit = min(timeout_s, remaining)
-    t0 = time.monotonic()
-    try:
-        if inline:  # on the event loop: no thread hop; the deadline is checked afterwards
-            result = fn(*args)
-            if time.monotonic() - t0 > limit:
-                raise TimeoutError
-        else:
-            async with asyncio.timeout(limit):
-                result = await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
-    except TimeoutError:
-        if remaining <= timeout_s:
-            raise _EnvFailure(StopReason.DEADLINE, f"episode deadline passed during {what}") from None
-        raise _EnvFailure(
-            StopReason.ENV_ERROR, f"TimeoutError: {what} took longer than {timeout_s}s"
-        ) from None
-    except Exception as exc:  # noqa: BLE001 - an env failure is recorded, not raised
-        raise _EnvFailure(StopReason.ENV_ERROR, f"{type(exc).__name__}: {exc} (in {what})") from exc
-    return result, time.monotonic() - t0
-
-
 async def run_episode(
     policy: Policy,
     env: Any,
@@ -115,15 +82,44 @@ async def run_episode(
     config: RolloutConfig,
     renderer: ChatRenderer | None = None,
     info: EpisodeInfo | None = None,
-    executor: concurrent.futures.Executor | None = None,
+    executor: concurrent.futures.Executor | LoopThreadPool | None = None,
     close_env: bool = True,
+    initial: tuple[Sequence[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Trajectory:
     """Play one episode of ``policy`` in ``env`` (a ``BaseTextEnv``) and return its trajectory.
 
     ``renderer`` defaults to a :class:`ChatRenderer` of the policy's tokenizer. Env calls run in
-    ``executor`` (default: the event loop's). The env is closed at the end unless
-    ``close_env=False``. Never raises for env or policy failures: they are recorded.
+    ``executor`` (a ``concurrent.futures`` executor or a ``LoopThreadPool``; default: the event
+    loop's). The env's optional ``setup()`` hook runs before
+    ``init`` and its optional ``grade()`` hook after the last turn (its reward is added to the
+    last turn's). ``initial`` is the result of an ``env.init`` (and ``setup``) already run by
+    the caller (the engine's set-up stage); then neither is called here. The env is closed at
+    the end unless ``close_env=False``. Never raises for env or policy failures: they are
+    recorded.
     """
+    traj, env_busy = await play_episode(
+        policy, env, prompt, config=config, renderer=renderer, info=info, executor=executor, initial=initial
+    )
+    return await finish_episode(
+        env, traj, config=config, executor=executor, grade=may_grade(traj, env_busy), close=close_env
+    )
+
+
+async def play_episode(
+    policy: Policy,
+    env: Any,
+    prompt: Sequence[dict[str, Any]],
+    *,
+    config: RolloutConfig,
+    renderer: ChatRenderer | None = None,
+    info: EpisodeInfo | None = None,
+    executor: concurrent.futures.Executor | LoopThreadPool | None = None,
+    initial: tuple[Sequence[dict[str, Any]], dict[str, Any]] | None = None,
+) -> tuple[Trajectory, bool]:
+    """The play stage of :func:`run_episode`: the turns, without grading, metrics or closing.
+
+    Returns the trajectory and whether an env call was left running in its thread (then the
+    env must not be graded)."""
     info = info or EpisodeInfo()
     renderer = renderer or ChatRenderer(policy.tokenizer)
     start = time.monotonic()
@@ -140,8 +136,9 @@ async def run_episode(
     truncated = 0
     stop = StopReason.MAX_TURNS
     error: str | None = None
-    env_metrics: dict[str, Any] = {}
     inline_open = False
+    env_busy = False
+    in_thread_call = False  # an env call runs in a thread (the episode deadline may abandon it)
 
     def call(fn: Callable[..., Any], *args: Any, what: str) -> Any:
         return _env_call(
@@ -157,8 +154,15 @@ async def run_episode(
     t_turn = 0.0  # when the policy call in flight (if any) started
     try:
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + config.episode_deadline_s):
-            (first, _init_info), dt = await call(env.init, list(prompt), what="env.init")
-            env_s += dt
+            if initial is None:
+                in_thread_call = True
+                (first, _init_info), dt = await setup_and_init(
+                    env, prompt, config=config, executor=executor, deadline=deadline
+                )
+                in_thread_call = False
+                env_s += dt
+            else:
+                first, _init_info = initial
             tools = None
             if hasattr(env, "tool_specs"):
                 tools = env.tool_specs() or None
@@ -211,7 +215,9 @@ async def run_episode(
                     else:
                         messages.append({"role": "assistant", "content": out.text})
 
+                in_thread_call = config.env_calls != "inline"
                 raw, dt = await call(env.step, out.text, what=f"env.step (turn {turn})")
+                in_thread_call = False
                 env_s += dt
                 try:
                     step = as_step_output(raw)
@@ -252,12 +258,12 @@ async def run_episode(
                         messages += [dict(m) for m in obs]
     except TimeoutError:  # the episode deadline passed (policy call or inline env call)
         stop = StopReason.DEADLINE
+        env_busy = in_thread_call
         if t_turn:
             llm_s += time.monotonic() - t_turn
     except _EnvFailure as failure:
         stop, error = failure.stop, failure.error if failure.stop != StopReason.DEADLINE else None
-    finally:
-        env_metrics = await _finish_env(env, executor, close=close_env)
+        env_busy = failure.abandoned
     masked = stop in (StopReason.ENV_ERROR, StopReason.POLICY_ERROR)
     traj = Trajectory(
         prompt_ids=prompt_ids,
@@ -273,7 +279,6 @@ async def run_episode(
         truncated_turns=truncated,
         llm_seconds=llm_s,
         env_seconds=env_s,
-        env_metrics=env_metrics,
         error=error,
         masked=masked,
         prompt_id=info.prompt_id,
@@ -282,32 +287,7 @@ async def run_episode(
         env_id=info.env_id,
         messages=messages,
     )
-    return traj
-
-
-async def _finish_env(env: Any, executor: concurrent.futures.Executor | None, close: bool) -> dict[str, Any]:
-    """Read metrics and close the env in a thread; failures here are ignored (recorded as a
-    metric) because the trajectory is already complete."""
-
-    def work() -> dict[str, Any]:
-        metrics: dict[str, Any] = {}
-        try:
-            if hasattr(env, "get_metrics"):
-                metrics = dict(env.get_metrics() or {})
-        except Exception as exc:  # noqa: BLE001
-            metrics = {"metrics_error": f"{type(exc).__name__}: {exc}"}
-        if close:
-            try:
-                env.close()
-            except Exception as exc:  # noqa: BLE001
-                metrics["close_error"] = f"{type(exc).__name__}: {exc}"
-        return metrics
-
-    loop = asyncio.get_running_loop()
-    try:
-        return await asyncio.wait_for(loop.run_in_executor(executor, work), 60.0)
-    except TimeoutError:
-        return {"close_error": "TimeoutError: get_metrics/close took longer than 60s"}
+    return traj, env_busy
 
 
 def split_steps(traj: Trajectory) -> list[Trajectory]:

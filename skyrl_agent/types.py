@@ -66,6 +66,10 @@ class SamplingParams:
     """Seed for this request's random draws; None draws from the policy's own generator."""
     logprobs: bool = True
     """Return per-token logprobs of the sampled tokens (see the module docstring)."""
+    top_logprobs: int = 0
+    """Also return, at each sampled position, this many most likely tokens with their raw
+    (temperature 1) logprobs (OpenAI's ``top_logprobs``); 0 returns none. Policies that cannot
+    give them leave :attr:`GenerateOutput.top_logprobs` None."""
 
     def __post_init__(self) -> None:
         from skyrl_gym.errors import ConfigError
@@ -78,6 +82,8 @@ class SamplingParams:
             raise ConfigError(f"top_k must be >= 0 (0 turns it off), got {self.top_k}")
         if self.max_tokens < 1:
             raise ConfigError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.top_logprobs < 0:
+            raise ConfigError(f"top_logprobs must be >= 0 (0 returns none), got {self.top_logprobs}")
         if isinstance(self.stop, str):
             raise ConfigError(f"stop must be a tuple of strings, not one string: stop=({self.stop!r},)")
         object.__setattr__(self, "stop", tuple(self.stop))
@@ -136,6 +142,10 @@ class GenerateOutput:
     """The decoded ``token_ids`` (special tokens kept), for env parsing and logs."""
     matched_stop: str | int | None = None
     """The stop string or token id that ended generation, if any."""
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    """When ``SamplingParams.top_logprobs`` > 0: per sampled token, the most likely
+    ``(token_id, raw logprob)`` pairs at that position, most likely first; None otherwise or
+    when the policy cannot give them."""
 
 
 @runtime_checkable
@@ -238,6 +248,9 @@ class Trajectory:
     """Registered id of the env."""
     messages: list[dict[str, Any]] = field(default_factory=list)
     """The conversation as text, for viewing only (training uses the ids)."""
+    grade_reward: float | None = None
+    """What the env's ``grade()`` hook returned (already added to the last turn's reward); None
+    when the env has no grader or it was not run."""
 
     # ------------------------------------------------------------------ derived
     @property
@@ -314,7 +327,10 @@ class RolloutConfig:
     """Deadline of one ``env.init``/``env.step`` call; passing it is an env failure (masked)."""
     env_setup_timeout_s: float = 300.0
     """Deadline of building one env (``skyrl_gym.make``: starting a container, building an
-    image); passing it is an infrastructure failure (masked)."""
+    image) and of its ``setup()`` hook; passing it is an infrastructure failure (masked)."""
+    env_grade_timeout_s: float = 600.0
+    """Deadline of the env's ``grade()`` hook (a verifier, a test suite), run after the episode
+    left its generation slot; passing it is an infrastructure failure (masked)."""
     observation_style: ObservationStyle = "messages"
     """How observations join the context (see :data:`ObservationStyle`)."""
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -349,7 +365,15 @@ class RolloutConfig:
                 raise ConfigError(f"RolloutConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.env_threads < 1:
             raise ConfigError(f"RolloutConfig.env_threads must be >= 1, got {self.env_threads}")
-        if min(self.episode_deadline_s, self.env_step_timeout_s, self.env_setup_timeout_s) <= 0:
+        if (
+            min(
+                self.episode_deadline_s,
+                self.env_step_timeout_s,
+                self.env_setup_timeout_s,
+                self.env_grade_timeout_s,
+            )
+            <= 0
+        ):
             raise ConfigError("deadlines must be positive seconds")
         if self.observation_style not in ("messages", "inline"):
             raise ConfigError(

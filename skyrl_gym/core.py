@@ -3,12 +3,14 @@
 An episode of a text env goes like this::
 
     env = skyrl_gym.make("my_env", env_config=cfg, extras=row)   # one object per episode
+    env.setup()                              # optional hook: slow preparation (a container)
     messages, info = env.init(prompt)        # the first messages the model sees
     while True:
         out = env.step(model_turn_text)      # BaseTextEnvStepOutput
         if out.done:
             break
         # out.observations are appended to the conversation, the model speaks again
+    bonus = env.grade()                      # optional hook: a slow verifier, added to the reward
     metrics = env.get_metrics()
     env.close()
 
@@ -23,6 +25,13 @@ Invariants (``skyrl_gym.check_env`` asserts them):
 * ``close()`` can be called any number of times; envs are context managers.
 * Limits (turns, tool deadlines, sandbox resources) come from ``env_config``/``extras``, never
   from the model's text.
+* ``setup()`` and ``grade()`` are optional hooks for slow work (starting a sandbox, running a
+  test suite). The rollout engine runs them in their own pipeline stages, outside the slots
+  where the policy generates, so a slow container start or verifier never leaves the policy
+  idle. Envs that do not override them cost nothing. A driver that does not know the hooks
+  (an older runtime) never calls them, so an env that needs ``setup`` also calls
+  ``self.setup()`` from ``init`` (``setup`` is idempotent), and an env whose reward comes from
+  ``grade`` is driven only by runtimes that call it (``skyrl_agent``'s loop and engine do).
 
 This module is compatible with the published skyrl-gym API: an env written against it
 (``__init__(self, env_config, extras)``, ``init``, ``step``, ``close``, ``get_metrics``,
@@ -104,6 +113,22 @@ class BaseTextEnv(Env[ConversationType, str]):
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """Apply the model's turn ``action`` and return observations, reward and ``done``."""
         raise NotImplementedError
+
+    def setup(self) -> None:
+        """Optional hook: slow preparation before ``init`` (start a container, build an image,
+        clone a repository). Called once, in a worker thread, before the episode takes a
+        generation slot. Must be idempotent (``init`` may call it again for drivers that do not
+        know the hook). Raising is an infrastructure failure: the episode is masked."""
+
+    def grade(self) -> float | None:
+        """Optional hook: score the finished episode (run a verifier or a test suite).
+
+        Called once after the last turn (``done``, or the runtime's turn or context budget ran
+        out), in a worker thread, after the episode has left its generation slot. The returned
+        reward is added to the last turn's reward; ``None`` adds nothing. Raising (or passing
+        the runtime's grading deadline) is an infrastructure failure: the episode is masked,
+        never scored 0."""
+        return None
 
     def seed(self, seed: int | None) -> None:
         """Seed ``self.rng``; envs that draw random numbers use it so runs can be repeated."""

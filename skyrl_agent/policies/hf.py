@@ -174,6 +174,8 @@ class HFPolicy:
 
         new_ids: list[list[int]] = [[] for _ in range(B)]
         new_lps: list[list[float]] = [[] for _ in range(B)]
+        new_tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(B)]
+        want_top = min(max(p.top_logprobs for p in params), logits_BV.shape[-1])
         finish: list[FinishReason | None] = [None] * B
         matched: list[str | int | None] = [None] * B
         active = list(range(B))  # rows of the original batch still in the model batch, in order
@@ -182,11 +184,17 @@ class HFPolicy:
                 logits_BV, [params[i] for i in active], [generators[i] for i in active]
             )
             tokens, lps = tokens_A.tolist(), lps_A.tolist()
+            if want_top:  # the most likely tokens under the raw distribution (as the logprobs)
+                top_vals, top_ids = torch.topk(torch.log_softmax(logits_BV.float(), dim=-1), want_top, dim=-1)
+                top_vals_l, top_ids_l = top_vals.tolist(), top_ids.tolist()
             keep = []
             for j, i in enumerate(active):
                 tok, p = tokens[j], params[i]
                 new_ids[i].append(tok)
                 new_lps[i].append(lps[j])
+                if want_top and p.top_logprobs:
+                    k = p.top_logprobs
+                    new_tops[i].append(list(zip(top_ids_l[j][:k], top_vals_l[j][:k], strict=True)))
                 if tok in self.eos_token_ids or tok in p.stop_token_ids:
                     finish[i], matched[i] = FinishReason.STOP, tok
                 elif p.stop and (hit := self._find_stop(new_ids[i], p.stop)) is not None:
@@ -225,6 +233,7 @@ class HFPolicy:
                     finish_reason=finish[i] or FinishReason.LENGTH,
                     text=self.tokenizer.decode(text_ids, skip_special_tokens=False),
                     matched_stop=matched[i],
+                    top_logprobs=new_tops[i] if params[i].top_logprobs else None,
                 )
             )
         return results

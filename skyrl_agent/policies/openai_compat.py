@@ -90,7 +90,7 @@ class OpenAICompatPolicy:
             "max_tokens": sp.max_tokens,
             "temperature": sp.temperature,
             "top_p": sp.top_p,
-            "logprobs": 0 if sp.logprobs else None,
+            "logprobs": sp.top_logprobs if sp.logprobs or sp.top_logprobs else None,
             # vLLM/SGLang extensions; servers that do not know them ignore them
             "return_tokens_as_token_ids": True,
             "return_token_ids": True,
@@ -167,6 +167,9 @@ class OpenAICompatPolicy:
             logprobs = [float(x) if x is not None else 0.0 for x in logprobs]
             if len(logprobs) != len(ids) or not req.sampling.logprobs:
                 logprobs = None
+        tops = None
+        if req.sampling.top_logprobs and ids is not None:
+            tops = _top_logprobs(lp.get("top_logprobs"), len(ids))
         reason = choice.get("finish_reason")
         finish = (
             FinishReason.LENGTH
@@ -182,6 +185,7 @@ class OpenAICompatPolicy:
             finish_reason=finish,
             text=text,
             matched_stop=stop_reason if isinstance(stop_reason, (str, int)) else None,
+            top_logprobs=tops,
         )
 
     async def aclose(self) -> None:
@@ -189,3 +193,22 @@ class OpenAICompatPolicy:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _top_logprobs(rows: Any, n: int) -> list[list[tuple[int, float]]] | None:
+    """``logprobs.top_logprobs`` of a completions reply (one ``{token: logprob}`` per token) as
+    ``(token_id, logprob)`` pairs, most likely first; None unless every key is a ``token_id:N``
+    (vLLM's ``return_tokens_as_token_ids``), since token texts are not ids."""
+    if not isinstance(rows, list) or len(rows) != n:
+        return None
+    out = []
+    for row in rows:
+        if not isinstance(row, dict):
+            return None
+        pairs = []
+        for key, value in row.items():
+            if not (isinstance(key, str) and key.startswith("token_id:")) or value is None:
+                return None
+            pairs.append((int(key.split(":", 1)[1]), float(value)))
+        out.append(sorted(pairs, key=lambda p: -p[1]))
+    return out

@@ -21,6 +21,7 @@ __all__ = [
     "completion_logprobs",
     "include_usage",
     "need_logprobs",
+    "need_top_logprobs",
     "sse",
     "usage_of",
 ]
@@ -117,21 +118,51 @@ def include_usage(stream_options: dict[str, Any] | None) -> bool:
     return bool(stream_options and stream_options.get("include_usage"))
 
 
-def chat_logprobs(core: Core, ids: Sequence[int], lps: Sequence[float], as_ids: bool) -> dict[str, Any]:
+Tops = Sequence[Sequence[tuple[int, float]]]
+
+
+def chat_logprobs(
+    core: Core, ids: Sequence[int], lps: Sequence[float], as_ids: bool, tops: Tops | None = None
+) -> dict[str, Any]:
+    """OpenAI chat ``logprobs``: per token its text, logprob, UTF-8 bytes and ``top_logprobs``
+    (the most likely alternatives when ``tops`` is given, else [])."""
     content = []
-    for t, lp in zip(ids, lps, strict=True):
+    for k, (t, lp) in enumerate(zip(ids, lps, strict=True)):
         text = token_text(core.tok, t, as_ids)
-        content.append({"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []})
+        alternatives = []
+        for alt, alt_lp in tops[k] if tops is not None else ():
+            alt_text = token_text(core.tok, alt, as_ids)
+            alternatives.append({"token": alt_text, "logprob": alt_lp, "bytes": list(alt_text.encode())})
+        content.append(
+            {"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": alternatives}
+        )
     return {"content": content}
 
 
-def completion_logprobs(core: Core, ids: Sequence[int], lps: Sequence[float], as_ids: bool) -> dict[str, Any]:
+def completion_logprobs(
+    core: Core, ids: Sequence[int], lps: Sequence[float], as_ids: bool, tops: Tops | None = None
+) -> dict[str, Any]:
+    """OpenAI completions ``logprobs``: tokens, their logprobs, text offsets, and per token a
+    ``{token text: logprob}`` dict of the most likely alternatives when ``tops`` is given."""
     tokens = [token_text(core.tok, t, as_ids) for t in ids]
     offsets, pos = [], 0
     for t in ids:
         offsets.append(pos)
         pos += len(core.tok.decode([t], skip_special_tokens=False))
-    return {"tokens": tokens, "token_logprobs": list(lps), "top_logprobs": None, "text_offset": offsets}
+    top = None
+    if tops is not None:
+        top = [{token_text(core.tok, alt, as_ids): alt_lp for alt, alt_lp in row} for row in tops]
+    return {"tokens": tokens, "token_logprobs": list(lps), "top_logprobs": top, "text_offset": offsets}
+
+
+def need_top_logprobs(out: GenerateOutput) -> Tops:
+    if out.top_logprobs is None:
+        raise ApiError(
+            400,
+            "this server's policy gives no top logprobs; ask without top_logprobs (chat) or with logprobs=0",
+            param="top_logprobs",
+        )
+    return out.top_logprobs
 
 
 def need_logprobs(out: GenerateOutput) -> list[float]:

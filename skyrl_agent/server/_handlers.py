@@ -16,6 +16,7 @@ from skyrl_agent.server._core import (
     completion_logprobs,
     include_usage,
     need_logprobs,
+    need_top_logprobs,
     sse,
     usage_of,
 )
@@ -40,13 +41,9 @@ async def chat(core: Core, req: ChatRequest, session_header: str | None) -> tupl
     check_unsupported(req)
     if req.n > core.config.max_n:
         raise ApiError(400, f"n must be at most {core.config.max_n}", param="n")
-    if req.top_logprobs:
-        raise ApiError(
-            400,
-            "top_logprobs > 0 is not supported: the policy returns only the chosen tokens' logprobs; "
-            "use logprobs=true with top_logprobs unset or 0",
-            param="top_logprobs",
-        )
+    top = req.top_logprobs or 0
+    if top and not req.logprobs:
+        raise ApiError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
     choice = req.tool_choice
     if choice not in (None, "auto", "none"):
         raise ApiError(
@@ -65,7 +62,10 @@ async def chat(core: Core, req: ChatRequest, session_header: str | None) -> tupl
     max_tokens = core.max_tokens(len(prompt_ids), asked)
     rid = f"chatcmpl-{uuid.uuid4().hex}"
     outs = await core.generate(
-        [GenerateRequest(prompt_ids, sampling_of(req, max_tokens, i), request_id=rid) for i in range(req.n)]
+        [
+            GenerateRequest(prompt_ids, sampling_of(req, max_tokens, i, top), request_id=rid)
+            for i in range(req.n)
+        ]
     )
     stops = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
     records = []
@@ -103,6 +103,8 @@ async def chat(core: Core, req: ChatRequest, session_header: str | None) -> tupl
     if req.logprobs:
         for out in outs:
             need_logprobs(out)  # before anything is recorded or streamed
+            if top:
+                need_top_logprobs(out)
     core.store.record(session, call)
     created = int(call.created)
     as_ids = req.return_tokens_as_token_ids
@@ -112,7 +114,9 @@ async def chat(core: Core, req: ChatRequest, session_header: str | None) -> tupl
     for i, (rec, out) in enumerate(zip(records, outs, strict=True)):
         c: dict[str, Any] = {"index": i, "message": rec.message, "finish_reason": rec.finish_reason}
         c["logprobs"] = (
-            chat_logprobs(core, out.token_ids, need_logprobs(out), as_ids) if req.logprobs else None
+            chat_logprobs(core, out.token_ids, need_logprobs(out), as_ids, out.top_logprobs if top else None)
+            if req.logprobs
+            else None
         )
         if req.return_token_ids:
             c["token_ids"] = rec.token_ids
@@ -144,10 +148,11 @@ async def _chat_stream(
 
     for i, (rec, out) in enumerate(zip(call.choices, outs, strict=True)):
         lps = need_logprobs(out) if req.logprobs else None
+        tops = out.top_logprobs if req.top_logprobs else None
         yield chunk(i, {"role": "assistant", "content": ""})
         calls = (rec.message or {}).get("tool_calls") or []
         if calls:
-            lp = chat_logprobs(core, out.token_ids, lps, as_ids) if lps is not None else None
+            lp = chat_logprobs(core, out.token_ids, lps, as_ids, tops) if lps is not None else None
             if rec.text or lp is not None:
                 yield chunk(i, {"content": rec.text}, lp=lp)
             for k, tc in enumerate(calls):
@@ -157,7 +162,15 @@ async def _chat_stream(
             for k, piece in enumerate(pieces):
                 if piece or lps is not None:
                     lp = (
-                        chat_logprobs(core, out.token_ids[k : k + 1], lps[k : k + 1], as_ids) if lps else None
+                        chat_logprobs(
+                            core,
+                            out.token_ids[k : k + 1],
+                            lps[k : k + 1],
+                            as_ids,
+                            tops[k : k + 1] if tops is not None else None,
+                        )
+                        if lps
+                        else None
                     )
                     yield chunk(i, {"content": piece}, lp=lp)
         yield chunk(i, {}, finish=rec.finish_reason)
@@ -200,13 +213,7 @@ async def complete(
     check_unsupported(req)
     if req.n > core.config.max_n:
         raise ApiError(400, f"n must be at most {core.config.max_n}", param="n")
-    if req.logprobs:
-        raise ApiError(
-            400,
-            "logprobs > 0 (top alternatives) is not supported: the policy returns only the chosen "
-            "tokens' logprobs; use logprobs=0",
-            param="logprobs",
-        )
+    top = req.logprobs or 0  # completions: logprobs=N asks for N alternatives per token
     if req.echo:
         raise ApiError(400, "echo is not supported", param="echo")
     if req.suffix:
@@ -217,7 +224,7 @@ async def complete(
     limits = [core.max_tokens(len(p), req.max_tokens) for p in prompts]
     rid = f"cmpl-{uuid.uuid4().hex}"
     requests = [
-        GenerateRequest(p, sampling_of(req, mt, i), request_id=rid)
+        GenerateRequest(p, sampling_of(req, mt, i, top), request_id=rid)
         for p, mt in zip(prompts, limits, strict=True)
         for i in range(req.n)
     ]
@@ -225,6 +232,8 @@ async def complete(
     if req.logprobs is not None:
         for out in outs:
             need_logprobs(out)  # before anything is recorded or streamed
+            if top:
+                need_top_logprobs(out)
     stops = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
     session = core.session_of(session_header, req.user)
     want_lp = req.logprobs is not None
@@ -245,7 +254,13 @@ async def complete(
             records.append(rec)
             c: dict[str, Any] = {"index": pi * req.n + j, "text": text, "finish_reason": rec.finish_reason}
             c["logprobs"] = (
-                completion_logprobs(core, out.token_ids, need_logprobs(out), req.return_tokens_as_token_ids)
+                completion_logprobs(
+                    core,
+                    out.token_ids,
+                    need_logprobs(out),
+                    req.return_tokens_as_token_ids,
+                    out.top_logprobs if top else None,
+                )
                 if want_lp
                 else None
             )

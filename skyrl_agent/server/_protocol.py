@@ -89,9 +89,10 @@ def check_unsupported(req: _Request) -> None:
         raise ApiError(400, "logit_bias is not supported by this server", param="logit_bias")
 
 
-def sampling_of(req: _Request, max_tokens: int, index: int) -> SamplingParams:
+def sampling_of(req: _Request, max_tokens: int, index: int, top_logprobs: int = 0) -> SamplingParams:
     """The policy's sampling parameters for sample ``index`` of ``req`` (sample ``i`` of a seeded
-    request uses ``seed + i``, so the ``n`` samples differ and the request repeats)."""
+    request uses ``seed + i``, so the ``n`` samples differ and the request repeats);
+    ``top_logprobs`` alternatives per token when asked."""
     stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
     try:
         return SamplingParams(
@@ -103,6 +104,7 @@ def sampling_of(req: _Request, max_tokens: int, index: int) -> SamplingParams:
             stop_token_ids=tuple(req.stop_token_ids or ()),
             seed=None if req.seed is None else req.seed + index,
             logprobs=True,  # always recorded for training, returned only when asked
+            top_logprobs=top_logprobs,
         )
     except ValueError as exc:
         raise ApiError(400, str(exc)) from exc

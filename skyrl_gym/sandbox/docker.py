@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -49,13 +50,21 @@ STRICT_USER = "65534:65534"
 #: Seconds a client waits beyond a command's deadline and grace before it gives up on the exec.
 BACKSTOP_S = 5.0
 
-# PID 1 of every container: a shell that reaps orphans (``wait`` reaps any child) and exits
-# when the time-to-live runs out, which stops the container even when no reaper ever runs.
-# ``kill -KILL -1`` inside the container (reset) spares PID 1.
-_KEEPER = (
+# PID 1 of every container: a shell that reaps orphans (a shell waiting for a child reaps any
+# child) and exits when the time-to-live runs out, which stops the container even when no reaper
+# ever runs. Where the image has bash, bash keeps it: a fork that fails because a fork bomb
+# filled the pids limit is retried and the loop goes on (dash exits on a failed fork, which
+# stopped the container), and the clock is a builtin (``printf %(%s)T``), not a fork of ``date``.
+# ``kill -KILL -1`` inside the container spares PID 1.
+_KEEPER_BASH = (
+    'trap "exit 0" TERM; printf -v end "%(%s)T" -1; end=$((end + {ttl})); '
+    'while printf -v now "%(%s)T" -1; [ "$now" -lt "$end" ]; do sleep 30 & wait $!; done'
+)
+_KEEPER_SH = (
     'trap "exit 0" TERM; end=$(( $(date +%s) + {ttl} )); '
     'while [ "$(date +%s)" -lt "$end" ]; do sleep 30 & wait $!; done'
 )
+_KEEPER = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; fi; eval "$2"'
 # The command wrapper: ``timeout`` puts itself and the command in a new process group (and
 # kills the group on timeout); whatever of that group is left when the command ends is killed.
 _WRAP_STDIN = (
@@ -124,7 +133,14 @@ class DockerSandbox(BaseSandbox):
         docker = docker_module()
         kw: dict[str, Any] = {
             "image": cfg.image,
-            "command": ["/bin/sh", "-c", _KEEPER.format(ttl=int(lim.ttl_s))],
+            "command": [
+                "/bin/sh",
+                "-c",
+                _KEEPER,
+                "keeper",
+                _KEEPER_BASH.replace("{ttl}", str(int(lim.ttl_s))),
+                _KEEPER_SH.replace("{ttl}", str(int(lim.ttl_s))),
+            ],
             "entrypoint": [],
             "detach": True,
             "name": f"{name_prefix}-{os.getpid()}-{os.urandom(4).hex()}",
@@ -325,7 +341,12 @@ class DockerSandbox(BaseSandbox):
         return rc, hit, time.monotonic() - start, eid
 
     def _kill_all(self) -> None:
-        """Kill every process in the container but PID 1 (the backstop after a lost exec)."""
+        """Kill every process in the container but PID 1 (the backstop after a lost exec, and
+        the way out of a full pids limit). With a daemon on this host the signals come from the
+        host (:meth:`_sweep_from_host`); otherwise (a remote daemon, no permission) ``kill -KILL
+        -1`` runs inside the container, which a fork bomb that fills the pids limit can block."""
+        if self._sweep_from_host():
+            return
         with contextlib.suppress(Exception):
             self._exec_raw(
                 ["/bin/sh", "-c", "kill -KILL -1"],
@@ -336,6 +357,61 @@ class DockerSandbox(BaseSandbox):
                 out=Sink(0),
                 err=Sink(0),
             )
+
+    def _sweep_from_host(self) -> bool:
+        """Stop, then kill, every process in the container but PID 1, with signals sent from
+        this host (a full pids limit cannot stop a ``kill`` that needs no fork in the container).
+        Stopped processes cannot fork, so rounds of SIGSTOP catch up with a fork bomb; then one
+        SIGKILL each; the keeper reaps them, which frees their pids. Returns False, changing nothing, when the daemon's processes are not this host's (a
+        remote daemon) or we may not signal them."""
+        try:
+            self.container.reload()
+            init = int(self.container.attrs["State"]["Pid"])
+            with open(f"/proc/{init}/cgroup", encoding="utf-8") as f:
+                if init <= 0 or self.container.id not in f.read():
+                    return False
+        except (OSError, KeyError, ValueError, self._errors.APIError):
+            return False
+
+        def others() -> set[int]:
+            rows = self.client.api.top(cid, ps_args="-eo pid").get("Processes") or []
+            return {int(row[0]) for row in rows} - {init}
+
+        cid = self.container.id
+
+        def signal_all(pids: set[int], sig: int) -> None:
+            # through a pidfd, checked to be in this container after it was opened, so a pid
+            # that a host process took over meanwhile is never signalled
+            for pid in pids:
+                try:
+                    fd = os.pidfd_open(pid)
+                except ProcessLookupError:
+                    continue
+                try:
+                    with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
+                        ours = cid in f.read()
+                    if ours:
+                        signal.pidfd_send_signal(fd, sig)
+                except (ProcessLookupError, FileNotFoundError):
+                    pass
+                finally:
+                    os.close(fd)
+
+        try:
+            stopped: set[int] = set()
+            for _ in range(50):
+                fresh = others() - stopped
+                if not fresh:
+                    break
+                signal_all(fresh, signal.SIGSTOP)
+                stopped |= fresh
+            signal_all(stopped | others(), signal.SIGKILL)
+        except PermissionError:
+            return False
+        except (self._errors.APIError, ValueError, IndexError) as exc:
+            log.warning("%s: host-side sweep failed: %s", self.name, exc)
+            return False
+        return True
 
     def _oom_killed(self) -> bool:
         sink = Sink(256)

@@ -240,15 +240,53 @@ def test_streamed_chat_equals_the_whole_answer(hf_server):
     assert lines[-1] == "data: [DONE]" and all(line.startswith("data: ") for line in lines)
 
 
-def test_top_logprobs_is_refused_not_faked(hf_server):
+def test_top_logprobs_in_the_openai_shape(hf_server, tiny):
+    import torch
+
+    model, tok = tiny
     client = _client(hf_server)
+    r = client.chat.completions.create(
+        model="tiny", messages=USER, max_tokens=4, temperature=0, logprobs=True, top_logprobs=3
+    )
+    entries = r.choices[0].logprobs.content
+    assert len(entries) == r.usage.completion_tokens == 4
+    [call] = [c for c in hf_server.store.get("default") if c.request_id == r.id]
+    ids = call.prompt_ids + call.choices[0].token_ids
+    with torch.no_grad():  # the raw next-token distribution at each sampled position
+        logprobs_TV = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+    for k, (entry, tid) in enumerate(zip(entries, call.choices[0].token_ids, strict=True)):
+        want_lp, want_ids = torch.topk(logprobs_TV[len(call.prompt_ids) - 1 + k], 3)
+        assert len(entry.top_logprobs) == 3
+        assert [a.token for a in entry.top_logprobs] == [tok.decode([int(t)]) for t in want_ids]
+        assert [a.logprob for a in entry.top_logprobs] == pytest.approx(want_lp.tolist(), abs=1e-4)
+        assert entry.top_logprobs[0].token == entry.token == tok.decode([tid])  # greedy: the top token
+        assert entry.top_logprobs[0].bytes == list(entry.token.encode())
+    # streamed: one alternative list per token chunk
+    stream = client.chat.completions.create(
+        model="tiny", messages=USER, max_tokens=3, logprobs=True, top_logprobs=2, stream=True
+    )
+    tops = [e.top_logprobs for ch in stream for c in ch.choices if c.logprobs for e in c.logprobs.content]
+    assert len(tops) == 3 and all(len(t) == 2 for t in tops)
+    # completions: logprobs=N gives N alternatives per token as {token: logprob}
+    c = client.completions.create(model="tiny", prompt="hi", max_tokens=3, logprobs=2, temperature=0)
+    lp = c.choices[0].logprobs
+    assert len(lp.top_logprobs) == 3 and all(len(d) == 2 for d in lp.top_logprobs)
+    for token, token_lp, alts in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert max(alts.values()) == pytest.approx(token_lp, abs=1e-5) and token in alts
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="tiny", messages=USER, max_tokens=2, top_logprobs=3)
+    assert err.value.body["param"] == "top_logprobs"
+
+
+def test_top_logprobs_are_refused_not_faked_by_a_policy_without_them(scripted_server):
+    client = _client(scripted_server)
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(
-            model="tiny", messages=USER, max_tokens=2, logprobs=True, top_logprobs=3
+            model="scripted", messages=USER, max_tokens=2, logprobs=True, top_logprobs=3
         )
-    assert "not supported" in err.value.body["message"] and err.value.body["param"] == "top_logprobs"
+    assert "no top logprobs" in err.value.body["message"] and err.value.body["param"] == "top_logprobs"
     with pytest.raises(openai.BadRequestError):
-        client.completions.create(model="tiny", prompt="hi", max_tokens=2, logprobs=2)
+        client.completions.create(model="scripted", prompt="hi", max_tokens=2, logprobs=2)
 
 
 @pytest.mark.parametrize(
@@ -632,3 +670,30 @@ def test_readme_server_example_runs():
     traj = scope["traj"]
     assert traj.num_turns == 2 and traj.reward == 1.0
     assert 0 in traj.loss_mask and traj.loss_mask[0] == 1
+
+
+def test_openai_compat_policy_reads_top_logprobs_from_this_server(hf_server, tiny, tokenizer):
+    from skyrl_agent.policies.hf import HFPolicy
+    from skyrl_agent.policies.openai_compat import OpenAICompatPolicy
+
+    model, tok = tiny
+    ids = tokenizer.encode("Hello there")
+    sampling = SamplingParams(max_tokens=5, seed=11, top_logprobs=3)
+    direct_policy = HFPolicy(model, tok, seed=0)
+    try:
+        [direct] = direct_policy.generate_sync([GenerateRequest(ids, sampling)])
+    finally:
+        direct_policy.close()
+
+    async def remote_gen():
+        policy = OpenAICompatPolicy(hf_server.url, "tiny", tokenizer)
+        try:
+            return (await policy.generate([GenerateRequest(ids, sampling)]))[0]
+        finally:
+            await policy.aclose()
+
+    remote = asyncio.run(remote_gen())
+    assert remote.token_ids == direct.token_ids and len(remote.top_logprobs) == 5
+    for got, want in zip(remote.top_logprobs, direct.top_logprobs, strict=True):
+        assert [t for t, _ in got] == [t for t, _ in want]
+        assert [lp for _, lp in got] == pytest.approx([lp for _, lp in want], abs=1e-4)

@@ -151,15 +151,33 @@ def test_fork_bomb_that_leaves_its_process_group(sandbox_images):
         )
         assert r.stdout == "launched\n"
         time.sleep(0.5)
-        # a command that finds the pids limit full fails once and makes the sandbox kill every
-        # process; bomb processes forked during that sweep can fill it again, so recovery may
-        # take more than one such round (at most three here)
-        for _ in range(3):
+        # the bomb keeps forking after its command ended; a command that finds the pids limit
+        # full fails and makes the sandbox freeze the container and kill every process in it:
+        # one such round is enough, and nothing of the bomb is left
+        for _ in range(10):
             r = sb.exec("echo after")
-            if r.stdout == "after\n":
+            if "process limit was reached" in r.stderr:
                 break
-            assert "process limit was reached" in r.stderr, r
+        else:
+            raise AssertionError(f"the bomb never filled the pids limit: {r}")
+        r = sb.exec("echo after")
+        assert r.stdout == "after\n", r
+        names = sb.exec("for d in /proc/[0-9]*; do read c < $d/comm && echo $c; done").stdout.split()
+        assert names.count("bash") == 1 and len(names) <= 5, names  # keeper, sleep, wrapper, timeout, sh
         assert_usable(sb)
+
+
+def test_one_sweep_ends_an_escaped_fork_bomb(sandbox_images):
+    # the sweep freezes the container before it kills, so the bomb cannot outrun it
+    with DockerSandbox(DockerSandboxConfig(image=sandbox_images["python"], limits=LIMITS)) as sb:
+        # every bomb process retries fork at once, so a freed slot is taken before a `kill`
+        # started inside the container could run
+        bomb = "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass"
+        sb.exec(["setsid", "-f", "python3", "-c", bomb], timeout=5)
+        time.sleep(1)
+        sb._kill_all()
+        r = sb.exec("for d in /proc/[0-9]*; do read c < $d/comm && echo $c; done")
+        assert r.ok and "python3" not in r.stdout.split(), r
 
 
 def test_memory_bomb(strict):

@@ -7,9 +7,10 @@ offline ``exact`` judge looks for; split 16 train / 4 test.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
+
+from skyrl_gym.envs._records import split_records
 
 __all__ = ["QUESTIONS_PATH", "INSTRUCTION", "load_bundled_rows", "make_row"]
 
@@ -44,14 +45,7 @@ def make_row(
 
 def load_bundled_rows(split: Literal["train", "test", "all"] = "train") -> list[dict[str, Any]]:
     """Rows of the bundled questions, in file order."""
-    if split not in ("train", "test", "all"):
-        raise ValueError(f"unknown split {split!r}; use 'train', 'test' or 'all'")
-    rows = []
-    with open(QUESTIONS_PATH, encoding="utf-8") as f:
-        for line in f:
-            q = json.loads(line)
-            if split in ("all", q["split"]):
-                rows.append(
-                    make_row(q["question"], q["reference"], accept=q["accept"], row_id=f"judge-{q['id']}")
-                )
-    return rows
+    return [
+        make_row(q["question"], q["reference"], accept=q["accept"], row_id=f"judge-{q['id']}")
+        for q in split_records(QUESTIONS_PATH, split)
+    ]

@@ -10,11 +10,11 @@ model has to search.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from skyrl_gym.envs._records import split_records
 from skyrl_gym.envs.search.bm25 import load_passages
 from skyrl_gym.envs.search.types import Passage
 
@@ -63,17 +63,11 @@ def make_row(
 def load_bundled_rows(split: Literal["train", "test", "all"] = "train") -> list[dict[str, Any]]:
     """Rows of the bundled questions (``prompt``, ``env_class``, ``reward_spec``, ``data_source``,
     ``id``, plus ``question`` and ``hops``), in file order."""
-    if split not in ("train", "test", "all"):
-        raise ValueError(f"unknown split {split!r}; use 'train', 'test' or 'all'")
     rows = []
-    with open(QUESTIONS_PATH, encoding="utf-8") as f:
-        for line in f:
-            q = json.loads(line)
-            if split != "all" and q["split"] != split:
-                continue
-            row = make_row(
-                q["question"], q["targets"], row_id=f"search-{q['id']}", data_source="skyrl/search-veloria"
-            )
-            row["hops"] = q["hops"]
-            rows.append(row)
+    for q in split_records(QUESTIONS_PATH, split):
+        row = make_row(
+            q["question"], q["targets"], row_id=f"search-{q['id']}", data_source="skyrl/search-veloria"
+        )
+        row["hops"] = q["hops"]
+        rows.append(row)
     return rows

@@ -1,0 +1,82 @@
+"""``skyrl harbor``: check Harbor task folders and turn them into rollout datasets.
+
+::
+
+    skyrl harbor check harbor_adapter/tasks            # oracle scores 1, do-nothing 0, per task
+    skyrl harbor check my_tasks/ --json --jobs 2
+    skyrl harbor prompts my_tasks/ --out tasks.jsonl   # rows for `skyrl rollout --prompts`
+
+``check`` exits 0 only when every task passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+__all__ = ["add_command"]
+
+
+def add_command(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``skyrl harbor`` (declared in pyproject under ``skyrl.cli``)."""
+    p = subparsers.add_parser(
+        "harbor",
+        help="Harbor tasks: check a task folder, make rollout prompts",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verbs = p.add_subparsers(dest="harbor_command", metavar="VERB")
+    check = verbs.add_parser("check", help="the oracle must score 1 and a do-nothing agent 0 on every task")
+    check.add_argument("tasks_dir", metavar="TASKS_DIR", help="a task folder, or a folder of them")
+    check.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    check.add_argument("--jobs", type=int, default=1, help="tasks checked at once (default 1)")
+    check.add_argument("--command-timeout", type=float, default=None, help="seconds per agent command")
+    check.add_argument("--agent-timeout", type=float, default=None, help="override [agent].timeout_sec")
+    check.add_argument("--verifier-timeout", type=float, default=None, help="override [verifier].timeout_sec")
+    check.add_argument("--build-timeout", type=float, default=None, help="override build_timeout_sec")
+    check.set_defaults(handler=_check)
+    prompts = verbs.add_parser("prompts", help="write one rollout row (JSONL) per task")
+    prompts.add_argument("tasks_dir", metavar="TASKS_DIR")
+    prompts.add_argument("--out", default="-", help="output JSONL file (default: stdout)")
+    prompts.add_argument("--max-turns", type=int, default=20, help="the env's max_turns")
+    prompts.set_defaults(handler=_prompts)
+    p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
+
+
+def _check(args: argparse.Namespace) -> int:
+    from harbor_adapter.check import check_tasks, format_table
+    from harbor_adapter.types import TrialSettings
+
+    overrides = {
+        "command_timeout_s": args.command_timeout,
+        "agent_timeout_s": args.agent_timeout,
+        "verifier_timeout_s": args.verifier_timeout,
+        "build_timeout_s": args.build_timeout,
+    }
+    settings = TrialSettings(**{k: v for k, v in overrides.items() if v is not None})
+
+    def progress(r):  # noqa: ANN001, ANN202
+        if not args.json:
+            print(f"[harbor] {r.task}: {'pass' if r.passed else 'FAIL'} ({r.seconds:.1f} s)", file=sys.stderr)
+
+    results = check_tasks(args.tasks_dir, settings, jobs=args.jobs, on_result=progress)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2))
+    else:
+        print(format_table(results))
+    return 0 if results and all(r.passed for r in results) else 1
+
+
+def _prompts(args: argparse.Namespace) -> int:
+    from harbor_adapter.dataset import task_rows
+
+    rows = task_rows(args.tasks_dir, max_turns=args.max_turns)
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"wrote {len(rows)} rows to {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,344 @@
+"""``harbor``: a Harbor task as a multi-turn text env with a terminal (``TerminalEnv``).
+
+The model works in the task's container through tools, called Hermes style::
+
+    <tool_call>{"name": "bash", "arguments": {"command": "ls -la"}}</tool_call>
+
+- ``bash(command)``: run a command (a fresh ``bash -c`` in the task's working directory) with a
+  per-command deadline; the observation is the exit code and the (middle-cut) output.
+- ``read_file(path)`` / ``write_file(path, content)``: files in the container.
+- ``submit()``: the agent is done; the verifier runs.
+
+The episode ends on ``submit``, at ``max_turns``, or when the agent phase's budget
+(``[agent].timeout_sec``) is spent; then the verifier runs once and its reward is the episode's
+reward (on the last turn, 0 before). A verifier that leaves no usable reward, or a container
+that fails, raises out of ``step`` (:class:`~harbor_adapter.errors.TrialError`): the runtime
+records the episode as masked, never as reward 0.
+
+``extras``: ``task_dir`` (a task folder), or ``task`` (a name) with ``env_config["tasks_dir"]``,
+and optionally ``max_turns``; both may also sit under ``extras["extras"]`` (a whole dataset row
+passed as extras, as the trainers do).
+``env_config``: ``max_turns``, ``parser`` and any :class:`~harbor_adapter.types.TrialSettings`
+field (``command_timeout_s``, ``agent_timeout_s``...). The container starts in ``init``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from harbor_adapter.errors import RewardError, TrialError, TrialTimeoutError
+from harbor_adapter.loader import bundled_tasks_dir, load_task
+from harbor_adapter.trial import Trial
+from harbor_adapter.types import HarborTask, TrialSettings, VerifierResult
+from skyrl_gym.config import config_get
+from skyrl_gym.core import BaseTextEnv
+from skyrl_gym.errors import ConfigError, SandboxError, did_you_mean
+from skyrl_gym.sandbox.types import SandboxFileNotFoundError
+from skyrl_gym.tools import ToolGroup, tool, truncate_middle
+from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
+
+__all__ = ["TerminalEnv", "TerminalTools", "task_prompt", "tool_call", "SYSTEM_PROMPT"]
+
+_ENV_KEYS = {"max_turns", "parser", "tasks_dir"}
+_SETTINGS_KEYS = {f.name for f in dataclasses.fields(TrialSettings)}
+
+SYSTEM_PROMPT = """You are an agent working in a Linux terminal to complete a task.
+Call one tool per turn, exactly like this:
+<tool_call>{"name": "bash", "arguments": {"command": "ls -la"}}</tool_call>
+Tools:
+- bash(command): run a shell command in the task's working directory (a fresh shell each time).
+- read_file(path): show a file.
+- write_file(path, content): create or replace a file.
+- submit(): say you are done; your work is then checked.
+Call submit when the task is complete."""
+
+
+def tool_call(name: str, **arguments: Any) -> str:
+    """One Hermes-style tool call as the model would write it (for scripted agents and tests)."""
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def task_prompt(task: HarborTask) -> list[dict[str, str]]:
+    """The first messages of an episode of ``task``: the tool protocol and the instruction."""
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": task.instruction},
+    ]
+
+
+def _settings_and_options(env_config: Any) -> tuple[TrialSettings, int, str, str | None]:
+    keys = set(env_config.keys()) if hasattr(env_config, "keys") else set()
+    unknown = keys - _ENV_KEYS - _SETTINGS_KEYS
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(
+            f"unknown harbor env_config key {key!r}; known: {sorted(_ENV_KEYS | _SETTINGS_KEYS)}."
+            + did_you_mean(key, _ENV_KEYS | _SETTINGS_KEYS)
+        )
+    values = {k: config_get(env_config, k, None) for k in _SETTINGS_KEYS}
+    settings = TrialSettings(**{k: v for k, v in values.items() if v is not None})
+    max_turns = int(config_get(env_config, "max_turns", 20))
+    if max_turns < 1:
+        raise ConfigError(f"harbor env: max_turns must be >= 1, got {max_turns}")
+    parser = str(config_get(env_config, "parser", "hermes"))
+    tasks_dir = config_get(env_config, "tasks_dir", None)
+    return settings, max_turns, parser, None if tasks_dir is None else str(tasks_dir)
+
+
+def _from_row(extras: Any, key: str) -> Any:
+    """``extras[key]``, or ``extras["extras"][key]`` when the whole dataset row is the extras
+    (the trainers' convention; rows of ``skyrl harbor prompts`` keep the key under ``extras``)."""
+    if not hasattr(extras, "get"):
+        return None
+    value = extras.get(key)
+    inner = extras.get("extras")
+    if value is None and hasattr(inner, "get"):
+        value = inner.get(key)
+    return value
+
+
+def _resolve_task(extras: Any, tasks_dir: str | None) -> HarborTask:
+    task_dir = _from_row(extras, "task_dir")
+    if task_dir:
+        return load_task(task_dir)
+    name = _from_row(extras, "task")
+    if name and tasks_dir:
+        from harbor_adapter.loader import load_tasks
+
+        tasks = {t.name: t for t in load_tasks(tasks_dir)}
+        if name not in tasks:
+            raise ConfigError(f"no task {name!r} in {tasks_dir}." + did_you_mean(str(name), tasks))
+        return tasks[name]
+    raise ConfigError(
+        "the harbor env needs extras={'task_dir': <task folder>} (or extras={'task': name} with "
+        "env_config={'tasks_dir': ...}); rows from `skyrl harbor prompts TASKS_DIR` have it"
+    )
+
+
+class TerminalTools(ToolGroup):
+    """The terminal tools of a :class:`TerminalEnv`: they act on its trial's container."""
+
+    def __init__(self, env: TerminalEnv) -> None:
+        super().__init__(name="terminal")
+        self._env = env
+
+    def _trial(self) -> Trial:
+        trial = self._env.trial
+        if trial is None:
+            raise TrialError("the episode has not started (call init first)")
+        return trial
+
+    @tool(timeout=None)
+    def bash(self, command: str) -> str:
+        """Run a shell command in the task's working directory and return its exit code and output.
+
+        Args:
+            command: The command line, run with `bash -c` (a fresh shell each call).
+        """
+        env = self._env
+        try:
+            result = self._trial().run(command)
+        except TrialTimeoutError:
+            env.out_of_time = True
+            return "The time for this task is up; no more commands run."
+        except SandboxError as exc:  # the container failed: not the model's doing
+            env.infra_error = exc
+            return "internal error"
+        cap = env.settings.output_chars
+        parts = [f"exit code: {result.exit_code}"]
+        if result.timed_out:
+            parts.append("(the command ran past its deadline and was killed)")
+        if result.stdout:
+            parts.append(truncate_middle(result.stdout, cap)[0])
+        if result.stderr:
+            parts.append("[stderr]\n" + truncate_middle(result.stderr, cap)[0])
+        return "\n".join(parts)
+
+    @tool(timeout=None)
+    def read_file(self, path: str) -> str:
+        """Return the text of a file.
+
+        Args:
+            path: The file's path (relative to the working directory, or absolute).
+        """
+        cap = self._env.settings.output_chars
+        try:
+            data = self._trial().read_file(path, max_bytes=4 * 1024 * 1024)
+        except SandboxFileNotFoundError:
+            return f"error: no file {path!r}"
+        except SandboxError as exc:
+            if "not a regular file" in str(exc) or "max_bytes" in str(exc):
+                return f"error: cannot read {path!r}: not a regular file or larger than 4 MiB"
+            self._env.infra_error = exc
+            return "internal error"
+        return truncate_middle(data.decode("utf-8", "replace"), cap)[0]
+
+    @tool(timeout=None)
+    def write_file(self, path: str, content: str) -> str:
+        """Create or replace a file (parent directories are created).
+
+        Args:
+            path: The file's path (relative to the working directory, or absolute).
+            content: The complete new text of the file.
+        """
+        try:
+            self._trial().write_file(path, content)
+        except SandboxError as exc:
+            return f"error: could not write {path!r}: {str(exc)[-300:]}"
+        return f"wrote {len(content.encode())} bytes to {path}"
+
+    @tool(timeout=None)
+    def submit(self) -> str:
+        """Say that the task is done; the work is checked and the episode ends."""
+        self._env.submitted = True
+        return "submitted"
+
+
+class TerminalEnv(BaseTextEnv):
+    """A Harbor task with a terminal: tools in the task's container, reward from its verifier."""
+
+    def __init__(self, env_config: Any = None, extras: Any = None) -> None:
+        super().__init__(env_config, extras)
+        self.settings, self.max_turns, self.parser, tasks_dir = _settings_and_options(env_config or {})
+        row_turns = _from_row(self.extras, "max_turns")  # a row may set its own turn limit
+        if row_turns is not None:
+            self.max_turns = int(row_turns)
+            if self.max_turns < 1:
+                raise ConfigError(f"harbor env: max_turns must be >= 1, got {self.max_turns}")
+        self.task = _resolve_task(self.extras, tasks_dir)
+        self.trial: Trial | None = None
+        self.init_tool_groups([TerminalTools(self)])
+        self.submitted = False
+        self.out_of_time = False
+        self.infra_error: BaseException | None = None
+        self.verifier: VerifierResult | None = None
+        self.tool_calls = 0
+        self.format_errors = 0
+        self._closed = False
+
+    @classmethod
+    def example(cls) -> EnvExample:
+        task = load_task(bundled_tasks_dir() / "hello-file")
+        return EnvExample(
+            env_config={"max_turns": 4, "command_timeout_s": 20},
+            extras={"task_dir": str(task.path)},
+            prompt=tuple(task_prompt(task)),
+            good_actions=(
+                tool_call("bash", command="printf 'hello, harbor\\n' > /app/hello.txt"),
+                tool_call("submit"),
+            ),
+        )
+
+    # ------------------------------------------------------------------ episode
+    def init(self, prompt: ConversationType | None = None) -> tuple[ConversationType, dict[str, Any]]:
+        """Build (cached) and start the task's container; return the first messages (``prompt``
+        when given, else the tool protocol and the task's instruction)."""
+        if self._closed:
+            raise ConfigError("this harbor env is closed; make a new one for a new episode")
+        if self.trial is None:
+            self.trial = Trial(self.task, self.settings)
+            self.trial.start()
+        messages = list(prompt) if prompt else task_prompt(self.task)
+        return messages, {"task": self.task.name, "image": self.trial.image}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        if self.trial is None or self._closed:
+            raise TrialError("step() before init() or after close(): the episode has no container")
+        self.turns += 1
+        results = self.call_tools(action, self.parser, timeout=None)
+        if self.infra_error is not None:
+            raise TrialError(f"the task container failed: {self.infra_error}") from self.infra_error
+        self.tool_calls += len(results)
+        meta: dict[str, Any] = {"tool_calls": [{"name": r.name, "error": r.error} for r in results]}
+        if (
+            self.submitted
+            or self.out_of_time
+            or self.turns >= self.max_turns
+            or self.trial.agent_time_left() <= 0
+        ):
+            return self._finish(meta)
+        if results:
+            content = "\n".join(f"<tool_response>{r.content}</tool_response>" for r in results)
+        else:
+            self.format_errors += 1
+            meta["error"] = "format"
+            content = (
+                "No tool call found. Call a tool like this: "
+                '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call> '
+                'or finish with <tool_call>{"name": "submit", "arguments": {}}</tool_call>'
+            )
+        left = self.max_turns - self.turns
+        content += f"\n({left} turn{'s' if left != 1 else ''} left)"
+        return BaseTextEnvStepOutput(
+            observations=[{"role": "user", "content": content}], reward=0.0, done=False, metadata=meta
+        )
+
+    def _finish(self, meta: dict[str, Any]) -> BaseTextEnvStepOutput:
+        """End the agent phase, run the verifier, and return the final step (or raise)."""
+        assert self.trial is not None
+        self.trial.end_agent_phase()
+        result = self.trial.verify()
+        self.verifier = result
+        if not result.ok:
+            raise RewardError(f"task {self.task.name!r}: {result.error}")
+        meta.update(
+            verifier={
+                "reward": result.reward,
+                "metrics": dict(result.metrics),
+                "exit_code": result.exit_code,
+            },
+            timings=self.timings(),
+        )
+        return BaseTextEnvStepOutput(
+            observations=[],
+            reward=float(result.reward),  # type: ignore[arg-type]
+            done=True,
+            metadata=meta,
+            truncated=not self.submitted,
+        )
+
+    def finish(self) -> VerifierResult:
+        """End the agent phase now and run the verifier (for runners that stop an agent from the
+        outside); returns the result, error included, without raising for a bad reward."""
+        if self.trial is None:
+            raise TrialError("finish() before init()")
+        if self.verifier is None:
+            self.trial.end_agent_phase()
+            self.verifier = self.trial.verify()
+        return self.verifier
+
+    # ------------------------------------------------------------------ metrics, close
+    def get_metrics(self) -> dict[str, Any]:
+        trial, result = self.trial, self.verifier
+        metrics: dict[str, Any] = {
+            "solved": bool(result is not None and result.ok and (result.reward or 0) >= 1.0),
+            "submitted": self.submitted,
+            "agent_timed_out": self.out_of_time,
+            "tool_calls": self.tool_calls,
+            "format_errors": self.format_errors,
+            "commands": trial.commands if trial else 0,
+            "verifier_error": bool(result is not None and not result.ok),
+        }
+        if result is not None and result.ok:
+            metrics.update({f"verifier/{k}": v for k, v in result.metrics.items()})
+        return metrics
+
+    def timings(self) -> dict[str, float]:
+        """Seconds spent building, starting, in the agent phase and in the verifier (kept out of
+        ``get_metrics``, which must be the same for the same actions; the last step's metadata
+        carries them)."""
+        trial, result = self.trial, self.verifier
+        return {
+            "build_seconds": trial.build_seconds if trial else 0.0,
+            "start_seconds": trial.start_seconds if trial else 0.0,
+            "agent_seconds": trial.agent_seconds if trial else 0.0,
+            "verifier_seconds": result.seconds if result else 0.0,
+        }
+
+    def close(self) -> None:
+        """Remove the container. Idempotent."""
+        self._closed = True
+        if self.trial is not None:
+            self.trial.close()

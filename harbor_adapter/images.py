@@ -1,0 +1,235 @@
+"""Build a task's image from ``environment/``, cached by a hash of its content, under a deadline.
+
+The tag is ``skyrl-harbor/<task>:<hash>`` where the hash covers every file of the build
+context (path, mode, bytes). When that tag exists, nothing is built. Builds run with no
+network (``FROM`` must name a local image, e.g. ``skyrl-sandbox/python``; see
+``skyrl sandbox build-images``) and never pull. One build per tag at a time, across threads and
+processes (a lock file), so many episodes of one task build it once.
+
+The deadline (``[environment].build_timeout_sec``) is enforced on the client: when it passes,
+the container of the running ``RUN`` step is killed (the build fails there) and the build's
+connection is closed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import tempfile
+import threading
+import time
+from typing import Any
+
+from harbor_adapter.errors import ImageBuildError, TrialTimeoutError
+from harbor_adapter.types import HarborTask
+from skyrl_gym.sandbox._dockerlib import docker_client, docker_module
+
+__all__ = [
+    "context_hash",
+    "image_tag",
+    "ensure_image",
+    "image_workdir",
+    "base_images",
+    "IMAGE_REPO",
+    "LABEL_TASK",
+]
+
+IMAGE_REPO = "skyrl-harbor"
+LABEL_TASK = "skyrl.harbor.task"
+_RUNNING = re.compile(r"Running in ([0-9a-f]{12,64})")
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+def context_hash(task: HarborTask) -> str:
+    """A SHA-256 of the build context (``environment/``): relative paths, modes and bytes."""
+    h = hashlib.sha256(b"skyrl-harbor-image-v1\0")
+    root = task.environment_dir
+    for p in sorted(root.rglob("*")):
+        if p.is_dir():
+            continue
+        rel = p.relative_to(root).as_posix()
+        h.update(rel.encode() + b"\0" + oct(p.stat().st_mode & 0o777).encode() + b"\0")
+        h.update(p.read_bytes() if p.is_file() else os.readlink(p).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def image_tag(task: HarborTask) -> str:
+    """The image a task runs in: ``[environment].docker_image``, else the content-hash tag."""
+    if task.config.environment.docker_image:
+        return task.config.environment.docker_image
+    name = re.sub(r"[^a-z0-9._-]+", "-", task.name.lower()).strip("-._") or "task"
+    return f"{IMAGE_REPO}/{name[:100]}:{context_hash(task)[:16]}"
+
+
+def _image_exists(client: Any, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+        return True
+    except docker_module().errors.ImageNotFound:
+        return False
+
+
+def _lock_for(tag: str) -> threading.Lock:
+    with _thread_locks_guard:
+        return _thread_locks.setdefault(tag, threading.Lock())
+
+
+def ensure_image(task: HarborTask, *, deadline_s: float | None = None) -> tuple[str, bool, float]:
+    """Make sure the task's image exists; returns ``(tag, built, seconds)``.
+
+    ``deadline_s`` defaults to ``[environment].build_timeout_sec`` and also covers waiting for
+    another build of the same tag. Raises :class:`TrialTimeoutError` past it and
+    :class:`ImageBuildError` when the build fails (with the end of its log) or a named
+    ``docker_image`` is not there."""
+    start = time.monotonic()
+    budget = task.config.environment.build_timeout_sec if deadline_s is None else deadline_s
+    client = docker_client()
+    tag = image_tag(task)
+    if task.config.environment.docker_image:
+        if not _image_exists(client, tag):
+            raise ImageBuildError(
+                f"task {task.name!r}: image {tag!r} is not on this machine and no registry is pulled; "
+                "build or load it first, or give the task an environment/Dockerfile"
+            )
+        return tag, False, time.monotonic() - start
+    if _image_exists(client, tag):
+        return tag, False, time.monotonic() - start
+    _check_bases(client, task)
+    lock = _lock_for(tag)
+    if not lock.acquire(timeout=max(budget, 0.001)):
+        raise TrialTimeoutError(f"task {task.name!r}: waited {budget:.0f} s for another build of {tag}")
+    try:
+        lock_path = os.path.join(
+            tempfile.gettempdir(), f"skyrl-harbor-{tag.replace('/', '_').replace(':', '_')}.lock"
+        )
+        with open(lock_path, "w") as fh:
+            while True:  # another process may be building the same tag
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() - start > budget:
+                        raise TrialTimeoutError(
+                            f"task {task.name!r}: waited {budget:.0f} s for another process's build of {tag}"
+                        ) from None
+                    time.sleep(0.2)
+            if _image_exists(client, tag):
+                return tag, False, time.monotonic() - start
+            _build(task, tag, budget - (time.monotonic() - start))
+    finally:
+        lock.release()
+    return tag, True, time.monotonic() - start
+
+
+def base_images(dockerfile: str) -> list[str]:
+    """The images a Dockerfile's ``FROM`` lines name (not earlier stages, not ``scratch``,
+    not names built from ``ARG`` values, which cannot be known here)."""
+    stages: set[str] = set()
+    images = []
+    for line in dockerfile.splitlines():
+        words = line.strip().split()
+        if not words or words[0].upper() != "FROM":
+            continue
+        args = [w for w in words[1:] if not w.startswith("--")]
+        if not args:
+            continue
+        ref = args[0]
+        if len(args) >= 3 and args[1].upper() == "AS":
+            stages.add(args[2].lower())
+        if ref.lower() in stages or ref == "scratch" or "$" in ref:
+            continue
+        images.append(ref)
+    return images
+
+
+def _check_bases(client: Any, task: HarborTask) -> None:
+    """Fail before building when a ``FROM`` image is not on this machine: a build would try a
+    registry (no network here; ``SKYRL_HARBOR_ALLOW_PULL=1`` allows it where there is one)."""
+    if os.environ.get("SKYRL_HARBOR_ALLOW_PULL") == "1" or task.dockerfile is None:
+        return
+    missing = [ref for ref in base_images(task.dockerfile.read_text()) if not _image_exists(client, ref)]
+    if missing:
+        raise ImageBuildError(
+            f"task {task.name!r}: base image(s) {missing} not on this machine. FROM must name a local "
+            "image: no registry is reachable; build the base images with `skyrl sandbox build-images` and "
+            "use FROM skyrl-sandbox/python or skyrl-sandbox/minimal (or set SKYRL_HARBOR_ALLOW_PULL=1 "
+            "where a registry is reachable)"
+        )
+
+
+def _build(task: HarborTask, tag: str, budget: float) -> None:
+    if budget <= 0:
+        raise TrialTimeoutError(f"task {task.name!r}: no time left to build {tag}")
+    docker = docker_module()
+    # a client of its own: closing it at the deadline drops the connection and cancels the build
+    api = docker.APIClient(**docker.utils.kwargs_from_env(), timeout=max(1, int(budget) + 1))
+    log: list[str] = []
+    error: list[str] = []
+    running: list[str] = []  # the container of the RUN step in progress (legacy builder)
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            for chunk in api.build(
+                path=str(task.environment_dir),
+                dockerfile="Dockerfile",
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                pull=False,  # (the daemon still pulls a missing FROM image: _check_bases first)
+                network_mode="none",
+                labels={LABEL_TASK: task.name},
+                decode=True,
+            ):
+                if "stream" in chunk:
+                    log.append(chunk["stream"])
+                    found = _RUNNING.search(chunk["stream"])
+                    if found:
+                        running.append(found.group(1))
+                if "error" in chunk:
+                    error.append(str(chunk["error"]))
+                if done.is_set():
+                    break
+        except Exception as exc:  # noqa: BLE001 - reported below
+            if not done.is_set():
+                error.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=run, name=f"harbor-build-{task.name}", daemon=True)
+    thread.start()
+    finished = done.wait(budget)
+    if not finished:
+        done.set()
+        # the daemon does not always notice a dropped connection: stop the step that runs
+        for cid in running[-1:]:
+            with contextlib.suppress(Exception):
+                api.kill(cid)
+        api.close()
+        thread.join(5)
+        raise TrialTimeoutError(
+            f"task {task.name!r}: building {tag} took longer than {budget:.0f} s "
+            "([environment].build_timeout_sec)"
+        )
+    thread.join(5)
+    api.close()
+    tail = "".join(log)[-3000:]
+    if error or not _image_exists(docker_client(), tag):
+        hint = ""
+        if any("pull access denied" in e or "not found" in e.lower() for e in error):
+            hint = (
+                " (FROM must name a local image: no registry is reachable; build the base images with "
+                "`skyrl sandbox build-images` and use FROM skyrl-sandbox/python or skyrl-sandbox/minimal)"
+            )
+        raise ImageBuildError(f"task {task.name!r}: building {tag} failed: {'; '.join(error)}{hint}\n{tail}")
+
+
+def image_workdir(tag: str) -> str:
+    """The image's ``WORKDIR`` (``/`` when it sets none)."""
+    attrs = docker_client().images.get(tag).attrs
+    return (attrs.get("Config") or {}).get("WorkingDir") or "/"

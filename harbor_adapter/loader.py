@@ -1,0 +1,350 @@
+"""Load and validate Harbor task directories.
+
+::
+
+    task = load_task("harbor_adapter/tasks/fix-median")   # HarborTask, or a clear error
+    tasks = load_tasks("harbor_adapter/tasks")            # every task below a folder, by name
+
+Validation is strict where a mistake would silently change a trial (an unknown key such as
+``timeout_secs`` raises with a "did you mean"), and lenient where Harbor itself is (keys it
+knows but this adapter does not act on are kept in ``TaskConfig.ignored``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harbor_adapter.errors import (
+    HarborTaskError,
+    TaskConfigError,
+    TaskFileMissingError,
+    UnsupportedTaskError,
+)
+from harbor_adapter.types import (
+    AgentSection,
+    EnvironmentSection,
+    HarborTask,
+    NetworkMode,
+    SolutionSection,
+    TaskConfig,
+    VerifierSection,
+)
+from skyrl_gym.errors import ConfigError, did_you_mean
+
+__all__ = ["load_task", "load_tasks", "find_task_dirs", "parse_task_config", "bundled_tasks_dir"]
+
+# Keys Harbor's TaskConfig (schema 1.x) knows, per table. Those not in _USED are accepted and
+# listed in TaskConfig.ignored.
+_KNOWN: dict[str, set[str]] = {
+    "": {
+        "schema_version",
+        "version",
+        "task",
+        "metadata",
+        "verifier",
+        "agent",
+        "environment",
+        "solution",
+        "source",
+        "multi_step_reward_strategy",
+        "steps",
+        "artifacts",
+    },
+    "task": {"name", "version", "description", "authors", "keywords"},
+    "agent": {"timeout_sec", "user", "network_mode", "allowed_hosts"},
+    "verifier": {
+        "timeout_sec",
+        "env",
+        "user",
+        "network_mode",
+        "allowed_hosts",
+        "environment_mode",
+        "environment",
+        "collect",
+    },
+    "environment": {
+        "build_timeout_sec",
+        "docker_image",
+        "os",
+        "cpus",
+        "memory_mb",
+        "storage_mb",
+        "memory",
+        "storage",
+        "gpus",
+        "gpu_types",
+        "tpu",
+        "mcp_servers",
+        "env",
+        "skills_dir",
+        "healthcheck",
+        "workdir",
+        "allow_internet",
+        "network_mode",
+        "allowed_hosts",
+    },
+    "solution": {"env"},
+}
+_USED: dict[str, set[str]] = {
+    "agent": {"timeout_sec", "user"},
+    "verifier": {"timeout_sec", "env", "user"},
+    "environment": {
+        "build_timeout_sec",
+        "docker_image",
+        "os",
+        "cpus",
+        "memory_mb",
+        "storage_mb",
+        "memory",
+        "storage",
+        "gpus",
+        "env",
+        "workdir",
+        "allow_internet",
+        "network_mode",
+        "allowed_hosts",
+    },
+    "solution": {"env"},
+}
+_CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
+
+
+def bundled_tasks_dir() -> Path:
+    """The folder of the tasks shipped with this package."""
+    return Path(__file__).resolve().parent / "tasks"
+
+
+def _check_keys(table: Mapping[str, Any], section: str, where: Path) -> None:
+    known = _KNOWN[section]
+    for key in table:
+        if key not in known:
+            label = f"[{section}]" if section else "the top level"
+            raise TaskConfigError(
+                f"{where}: unknown key {key!r} in {label}; known: {sorted(known)}." + did_you_mean(key, known)
+            )
+
+
+def _table(data: Mapping[str, Any], name: str, where: Path) -> dict[str, Any]:
+    value = data.get(name, {})
+    if not isinstance(value, Mapping):
+        raise TaskConfigError(f"{where}: [{name}] must be a table, got {type(value).__name__}")
+    _check_keys(value, name, where)
+    return dict(value)
+
+
+def _size_mb(value: Any, key: str, where: Path) -> int:
+    """Harbor's legacy ``memory = "2G"`` / ``storage = "512M"``."""
+    text = str(value).strip().upper()
+    units = {"G": 1024, "M": 1, "K": 1 / 1024}
+    try:
+        return int(float(text[:-1]) * units[text[-1]])
+    except (KeyError, ValueError, IndexError):
+        raise TaskConfigError(
+            f"{where}: [environment].{key}={value!r}: use a size like '2G' or '512M'"
+        ) from None
+
+
+def _string_map(value: Any, key: str, where: Path) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(v, (str, int, float, bool)) for v in value.values()
+    ):
+        raise TaskConfigError(f"{where}: {key} must be a table of strings, got {value!r}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _number(value: Any, key: str, where: Path) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TaskConfigError(f"{where}: {key} must be a number, got {value!r}")
+    return float(value)
+
+
+def parse_task_config(data: Mapping[str, Any], where: Path = Path("task.toml")) -> TaskConfig:
+    """Validate a ``task.toml`` mapping and build a :class:`TaskConfig`.
+
+    Raises :class:`TaskConfigError` for unknown keys (with a "did you mean") and values of the
+    wrong type, :class:`UnsupportedTaskError` for what this adapter cannot run."""
+    _check_keys(data, "", where)
+    ignored = [k for k in ("source", "multi_step_reward_strategy", "artifacts") if k in data]
+    if data.get("steps"):
+        raise UnsupportedTaskError(f"{where}: multi-step tasks ([[steps]]) are not supported yet")
+    task_table = _table(data, "task", where)
+    tables = {name: _table(data, name, where) for name in ("agent", "verifier", "environment", "solution")}
+    for name, table in tables.items():
+        ignored += [f"{name}.{k}" for k in table if k not in _USED[name]]
+
+    agent = tables["agent"]
+    verifier = tables["verifier"]
+    env = tables["environment"]
+    solution = tables["solution"]
+    try:
+        agent_section = AgentSection(
+            timeout_sec=_number(agent["timeout_sec"], "[agent].timeout_sec", where)
+            if agent.get("timeout_sec") is not None
+            else None,
+            user=agent.get("user"),
+        )
+        verifier_section = VerifierSection(
+            timeout_sec=_number(verifier.get("timeout_sec", 600.0), "[verifier].timeout_sec", where),
+            env=_string_map(verifier.get("env", {}), "[verifier].env", where),
+            user=verifier.get("user"),
+        )
+        env_kwargs: dict[str, Any] = {}
+        if "memory" in env:
+            env_kwargs["memory_mb"] = _size_mb(env["memory"], "memory", where)
+        if "storage" in env:
+            env_kwargs["storage_mb"] = _size_mb(env["storage"], "storage", where)
+        for key in ("memory_mb", "storage_mb", "gpus"):
+            if env.get(key) is not None:
+                value = env[key]
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise TaskConfigError(f"{where}: [environment].{key} must be an integer, got {value!r}")
+                if key in env_kwargs and env_kwargs[key] != value:
+                    raise TaskConfigError(f"{where}: [environment].{key} conflicts with the older size key")
+                env_kwargs[key] = value
+        for key in ("cpus", "build_timeout_sec"):
+            if env.get(key) is not None:
+                env_kwargs[key] = _number(env[key], f"[environment].{key}", where)
+        for key in ("docker_image", "workdir", "os"):
+            if env.get(key) is not None:
+                if not isinstance(env[key], str):
+                    raise TaskConfigError(f"{where}: [environment].{key} must be a string, got {env[key]!r}")
+                env_kwargs[key] = env[key]
+        allow = env.get("allow_internet")
+        if allow is not None and not isinstance(allow, bool):
+            raise TaskConfigError(
+                f"{where}: [environment].allow_internet must be true or false, got {allow!r}"
+            )
+        mode = env.get("network_mode")
+        if mode is not None:
+            try:
+                env_kwargs["network_mode"] = NetworkMode(mode)
+            except ValueError:
+                choices = [m.value for m in NetworkMode]
+                raise TaskConfigError(
+                    f"{where}: [environment].network_mode={mode!r}; use one of {choices}."
+                    + did_you_mean(str(mode), choices)
+                ) from None
+        elif allow is not None:
+            env_kwargs["network_mode"] = NetworkMode.PUBLIC if allow else NetworkMode.NO_NETWORK
+        hosts = env.get("allowed_hosts") or []
+        if hosts and env_kwargs.get("network_mode") is not NetworkMode.ALLOWLIST:
+            raise TaskConfigError(f"{where}: allowed_hosts is only valid with network_mode = 'allowlist'")
+        env_section = EnvironmentSection(
+            **env_kwargs,
+            allowed_hosts=tuple(str(h) for h in hosts),
+            allow_internet=allow,
+            env=_string_map(env.get("env", {}), "[environment].env", where),
+        )
+        solution_section = SolutionSection(env=_string_map(solution.get("env", {}), "[solution].env", where))
+    except HarborTaskError:
+        raise
+    except ConfigError as exc:  # a value out of range, from the dataclasses
+        raise TaskConfigError(f"{where}: {exc}") from None
+    if env_section.gpus:
+        raise UnsupportedTaskError(
+            f"{where}: the task asks for {env_section.gpus} GPU(s); only 0 is supported"
+        )
+    if env_section.os.lower() != "linux":
+        raise UnsupportedTaskError(f"{where}: [environment].os={env_section.os!r}; only 'linux' is supported")
+    metadata = data.get("metadata", {})
+    if not isinstance(metadata, Mapping):
+        raise TaskConfigError(f"{where}: [metadata] must be a table")
+    version = data.get("schema_version", data.get("version", "1.0"))
+    return TaskConfig(
+        agent=agent_section,
+        verifier=verifier_section,
+        environment=env_section,
+        solution=solution_section,
+        schema_version=str(version),
+        metadata=dict(metadata),
+        name=task_table.get("name"),
+        ignored=tuple(ignored),
+    )
+
+
+def _strip_canary(text: str) -> str:
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines) and _CANARY.match(lines[i].strip()):
+        i += 1
+    return "\n".join(lines[i:])
+
+
+def load_task(path: str | Path) -> HarborTask:
+    """Load and validate one task directory.
+
+    Raises :class:`TaskFileMissingError` for a missing ``task.toml``, ``instruction.md``,
+    ``tests/test.sh`` or image (neither ``environment/Dockerfile`` nor ``docker_image``),
+    :class:`TaskConfigError` for bad TOML or keys, :class:`UnsupportedTaskError` for what
+    cannot run here."""
+    root = Path(path).resolve()
+    if not root.is_dir():
+        raise TaskFileMissingError(f"{root} is not a directory; point at a Harbor task folder")
+    toml_path = root / "task.toml"
+    if not toml_path.is_file():
+        raise TaskFileMissingError(f"{root}: no task.toml; every Harbor task needs one (even an empty file)")
+    try:
+        data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskConfigError(f"{toml_path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise TaskConfigError(f"{toml_path}: not UTF-8 text") from None
+    config = parse_task_config(data, toml_path)
+    instruction_path = root / "instruction.md"
+    if not instruction_path.is_file():
+        raise TaskFileMissingError(f"{root}: no instruction.md (what the agent is asked to do)")
+    instruction = _strip_canary(instruction_path.read_text(encoding="utf-8")).strip()
+    if not instruction:
+        raise HarborTaskError(f"{instruction_path} is empty; write the task for the agent there")
+    if not (root / "tests" / "test.sh").is_file():
+        raise TaskFileMissingError(
+            f"{root}: no tests/test.sh (the verifier; it writes /logs/verifier/reward.txt or reward.json)"
+        )
+    task = HarborTask(root, config.name or root.name, config, instruction)
+    if task.compose_file is not None and task.dockerfile is not None:  # the main service only
+        task = dataclasses.replace(
+            task,
+            config=dataclasses.replace(config, ignored=(*config.ignored, "environment/docker-compose.yaml")),
+        )
+    if task.dockerfile is None and config.environment.docker_image is None:
+        if task.compose_file is not None:
+            raise UnsupportedTaskError(
+                f"{root}: only environment/docker-compose.yaml; multi-container tasks are not supported, "
+                "add environment/Dockerfile"
+            )
+        raise TaskFileMissingError(
+            f"{root}: no environment/Dockerfile and no [environment].docker_image; the task needs an image"
+        )
+    return task
+
+
+def find_task_dirs(root: str | Path) -> list[Path]:
+    """Task directories at or below ``root`` (a folder with ``task.toml``), sorted by path.
+
+    ``root`` itself may be a task."""
+    base = Path(root)
+    if not base.is_dir():
+        raise TaskFileMissingError(f"{base} is not a directory of Harbor tasks")
+    if (base / "task.toml").is_file():
+        return [base.resolve()]
+    return sorted(p.parent.resolve() for p in base.rglob("task.toml"))
+
+
+def load_tasks(root: str | Path) -> list[HarborTask]:
+    """Every task at or below ``root``, loaded and validated (the first broken one raises).
+    Raises :class:`TaskFileMissingError` when there is none."""
+    dirs = find_task_dirs(root)
+    if not dirs:
+        raise TaskFileMissingError(f"{root}: no Harbor tasks (no task.toml at or below it)")
+    tasks = [load_task(d) for d in dirs]
+    names = [t.name for t in tasks]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise HarborTaskError(f"{root}: task names must be unique; repeated: {dupes}")
+    return tasks

@@ -1,0 +1,335 @@
+"""One trial of a Harbor task: image, container, agent phase, verifier phase, clean-up.
+
+::
+
+    with Trial(task) as trial:          # builds (cached) and starts the container, with deadlines
+        trial.run("echo hi > /app/out")  # an agent command, capped by what is left of the budget
+        result = trial.verify()          # VerifierResult: reward or error
+
+The container is a :class:`~skyrl_gym.sandbox.DockerSandbox` in the *task* profile: root (or
+``[agent].user``), writable filesystem, ``no-new-privileges``, the task's CPU and memory limits,
+and no network unless the task's ``network_mode`` is ``public``. ``tests/`` and ``solution/``
+are not in the image (the build context is ``environment/``) nor in the container while the
+agent works.
+
+The verifier phase, in order: restart the container through the daemon (every process the
+agent left dies, so a background writer cannot forge the reward afterwards; files stay), remove
+``/logs/verifier`` and ``/tests`` and check through the daemon that they are empty, copy
+``tests/`` in, run ``tests/test.sh`` under ``[verifier].timeout_sec``, read ``reward.json`` else
+``reward.txt`` through the daemon (not with the container's own, replaceable, tools).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tarfile
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+from harbor_adapter.errors import RewardError, TrialError, TrialTimeoutError
+from harbor_adapter.images import ensure_image, image_workdir
+from harbor_adapter.reward import REWARD_JSON, REWARD_TXT, VERIFIER_DIR, parse_reward
+from harbor_adapter.types import HarborTask, TrialSettings, VerifierResult
+from skyrl_gym.errors import SandboxError
+from skyrl_gym.sandbox._dockerlib import docker_module
+from skyrl_gym.sandbox.docker import DockerSandbox
+from skyrl_gym.sandbox.types import (
+    DockerProfile,
+    DockerSandboxConfig,
+    ExecResult,
+    MiB,
+    SandboxLimits,
+)
+
+__all__ = ["Trial", "TESTS_DIR"]
+
+TESTS_DIR = "/tests"
+_PREPARE = f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} {TESTS_DIR}"
+# an agent command runs in bash where the image has it, else in sh
+_SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; else exec sh -c "$1"; fi'
+#: Largest verifier file read back (reward files, the test output).
+_READ_MAX = 1024 * 1024
+
+
+class Trial:
+    """A task's container and its two phases. Not thread-safe; one per episode.
+
+    Construction does nothing heavy; :meth:`start` builds and starts (``with Trial(...)`` calls
+    it). Every step has a deadline: the build (``build_timeout_sec``), the container start
+    (``start_timeout_s``), each agent command (``command_timeout_s`` and the agent budget), and
+    the verifier (``[verifier].timeout_sec``)."""
+
+    def __init__(self, task: HarborTask, settings: TrialSettings | None = None) -> None:
+        self.task = task
+        self.settings = settings or TrialSettings()
+        self.sandbox: DockerSandbox | None = None
+        self.image: str | None = None
+        self.workdir = "/"
+        self.build_seconds = 0.0
+        self.start_seconds = 0.0
+        self.agent_started: float | None = None
+        self.agent_ended: float | None = None
+        self.commands = 0
+        self._closed = False
+
+    # -- budgets -------------------------------------------------------------------------------
+    @property
+    def agent_budget_s(self) -> float:
+        """Seconds the agent phase may take."""
+        if self.settings.agent_timeout_s is not None:
+            return self.settings.agent_timeout_s
+        return self.task.config.agent.budget_s
+
+    @property
+    def verifier_timeout_s(self) -> float:
+        """Deadline of ``tests/test.sh``."""
+        return self.settings.verifier_timeout_s or self.task.config.verifier.timeout_sec
+
+    def agent_time_left(self) -> float:
+        """Seconds left of the agent phase (its clock starts when the container is up)."""
+        if self.agent_started is None:
+            return self.agent_budget_s
+        return self.agent_budget_s - (time.monotonic() - self.agent_started)
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def limits(self) -> SandboxLimits:
+        """The container's limits, from ``[environment]`` and the settings."""
+        env = self.task.config.environment
+        life = (
+            (self.settings.build_timeout_s or env.build_timeout_sec)
+            + self.settings.start_timeout_s
+            + self.agent_budget_s
+            + self.verifier_timeout_s
+            + 300
+        )
+        storage = env.storage_mb * MiB if env.storage_mb else 4096 * MiB
+        return SandboxLimits(
+            cpus=env.cpus,
+            memory_bytes=env.memory_mb * MiB,
+            pids=self.settings.pids,
+            timeout_s=self.settings.command_timeout_s,
+            grace_s=2.0,
+            output_bytes=max(64 * 1024, self.settings.output_chars * 4),
+            file_size_bytes=storage,
+            ttl_s=life,
+        )
+
+    def start(self) -> None:
+        """Build the image (cached) and start the container; the agent clock starts then."""
+        if self._closed:
+            raise TrialError("this trial is closed; make a new one")
+        if self.sandbox is not None:
+            return
+        env = self.task.config.environment
+        self.image, _, self.build_seconds = ensure_image(self.task, deadline_s=self.settings.build_timeout_s)
+        self.workdir = env.workdir or image_workdir(self.image)
+        agent_user = self.task.config.agent.user
+        config = DockerSandboxConfig(
+            image=self.image,
+            profile=DockerProfile.TASK,
+            limits=self.limits(),
+            network=env.network,
+            workdir=self.workdir,
+            env={"HOME": "/root", **env.env},
+            user=None if agent_user is None else str(agent_user),
+            labels={"harbor.task": self.task.name},
+        )
+        t0 = time.monotonic()
+        sandbox = _start_with_deadline(config, self.settings.start_timeout_s, self.task.name)
+        if self._closed:  # closed from another thread while the container started
+            sandbox.close()
+            raise TrialError("the trial was closed while its container started")
+        self.sandbox = sandbox
+        self.start_seconds = time.monotonic() - t0
+        with contextlib.suppress(SandboxError):  # Harbor's layout: the agent may log to /logs/agent
+            self.sandbox.exec(f"mkdir -p /logs/agent {VERIFIER_DIR}", timeout=30, workdir="/")
+        self.agent_started = time.monotonic()
+
+    def close(self) -> None:
+        """Remove the container. Idempotent."""
+        self._closed = True
+        sandbox, self.sandbox = self.sandbox, None
+        if sandbox is not None:
+            sandbox.close()
+
+    def __enter__(self) -> Trial:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _box(self) -> DockerSandbox:
+        if self.sandbox is None:
+            raise TrialError("the trial has not started; call start() first")
+        return self.sandbox
+
+    # -- agent phase ---------------------------------------------------------------------------
+    def run(self, command: str, *, timeout: float | None = None) -> ExecResult:
+        """Run an agent command (``bash -c``, or ``sh -c`` without bash) in the working directory. Its deadline is the
+        smallest of ``timeout``, ``command_timeout_s`` and the agent time left; past the agent
+        budget it raises :class:`TrialTimeoutError` without running."""
+        box = self._box()
+        if self.agent_ended is not None:
+            raise TrialError("the agent phase is over")
+        left = self.agent_time_left()
+        if left <= 0:
+            raise TrialTimeoutError(f"the agent phase's budget of {self.agent_budget_s:g} s is spent")
+        limit = min(self.settings.command_timeout_s, left, timeout or float("inf"))
+        self.commands += 1
+        return box.exec(["/bin/sh", "-c", _SHELL, "agent-command", command], timeout=max(limit, 0.1))
+
+    def read_file(self, path: str, max_bytes: int) -> bytes:
+        """Read a file in the container as the agent would (relative to the working directory)."""
+        return self._box().read_file(path, max_bytes=max_bytes)
+
+    def write_file(self, path: str, content: str) -> None:
+        """Write a file in the container as the agent would."""
+        self._box().write_file(path, content)
+
+    def end_agent_phase(self) -> None:
+        """Stop the agent's clock (idempotent)."""
+        if self.agent_ended is None:
+            self.agent_ended = time.monotonic()
+
+    @property
+    def agent_seconds(self) -> float:
+        """Seconds the agent phase took (so far)."""
+        if self.agent_started is None:
+            return 0.0
+        return (self.agent_ended or time.monotonic()) - self.agent_started
+
+    # -- verifier phase ------------------------------------------------------------------------
+    def verify(self) -> VerifierResult:
+        """Run the verifier once and return its result; a result with ``error`` set when there
+        is no usable reward (never a 0 in its place)."""
+        box = self._box()
+        self.end_agent_phase()
+        t0 = time.monotonic()
+        # Every process the agent started dies: the daemon restarts the container (its files stay).
+        # A background writer cannot touch the reward afterwards, whatever binaries it replaced.
+        try:
+            box.container.restart(timeout=0)
+        except Exception as exc:  # noqa: BLE001 - the daemon's error types vary
+            raise TrialError(
+                f"could not restart {self.task.name!r}'s container for the verifier: {exc}"
+            ) from exc
+        prep = box.exec(["/bin/sh", "-c", _PREPARE], timeout=30, workdir="/")
+        # checked through the daemon, not the container's own (replaceable) tools
+        if (
+            prep.timed_out
+            or _daemon_entries(box, VERIFIER_DIR) != []
+            or _daemon_entries(box, TESTS_DIR) != []
+        ):
+            raise TrialError(
+                f"could not empty {VERIFIER_DIR} and {TESTS_DIR} in {self.task.name!r}: {prep.stderr[-500:]}"
+            )
+        box.upload(self.task.tests_dir, TESTS_DIR)
+        run = box.exec(
+            [
+                "/bin/sh",
+                "-c",
+                f"chmod +x {TESTS_DIR}/test.sh; {TESTS_DIR}/test.sh > {VERIFIER_DIR}/test-stdout.txt 2>&1",
+            ],
+            timeout=self.verifier_timeout_s,
+            env=dict(self.task.config.verifier.env),
+        )
+        try:
+            output = _daemon_read(box, f"{VERIFIER_DIR}/test-stdout.txt") or b""
+        except RewardError:
+            output = b""
+        tail = output.decode("utf-8", "replace")[-2000:]
+        seconds = time.monotonic() - t0
+        if run.timed_out:
+            return VerifierResult(
+                None,
+                error=f"the verifier ran past [verifier].timeout_sec={self.verifier_timeout_s:g}s",
+                exit_code=run.exit_code,
+                timed_out=True,
+                seconds=seconds,
+                output=tail,
+            )
+        try:
+            reward, metrics = parse_reward(_daemon_read(box, REWARD_JSON), _daemon_read(box, REWARD_TXT))
+        except RewardError as exc:
+            return VerifierResult(None, error=str(exc), exit_code=run.exit_code, seconds=seconds, output=tail)
+        return VerifierResult(reward, metrics, exit_code=run.exit_code, seconds=seconds, output=tail)
+
+
+def _archive(box: DockerSandbox, path: str) -> tarfile.TarFile | None:
+    """``path`` as the daemon reads it from the container's filesystem (no process inside the
+    container is involved), or None when it does not exist."""
+    try:
+        stream, _ = box.container.get_archive(path)
+    except docker_module().errors.NotFound:
+        return None
+    buf = io.BytesIO()
+    for chunk in stream:
+        buf.write(chunk)
+        if buf.tell() > 4 * _READ_MAX:
+            raise RewardError(f"{path} is larger than {4 * _READ_MAX} bytes")
+    buf.seek(0)
+    return tarfile.open(fileobj=buf, mode="r:")
+
+
+def _daemon_entries(box: DockerSandbox, path: str) -> list[str] | None:
+    """The names inside directory ``path`` (None when it is missing or not a directory)."""
+    tar = _archive(box, path)
+    if tar is None:
+        return None
+    members = tar.getmembers()
+    if not members or not members[0].isdir():
+        return None
+    return [m.name for m in members[1:]]
+
+
+def _daemon_read(box: DockerSandbox, path: str) -> bytes | None:
+    """The bytes of file ``path`` read by the daemon, None when it does not exist; a link or a
+    directory there is a :class:`RewardError`."""
+    tar = _archive(box, path)
+    if tar is None:
+        return None
+    member = tar.getmembers()[0]
+    if not member.isfile():
+        raise RewardError(f"{path} is not a regular file")
+    if member.size > _READ_MAX:
+        raise RewardError(f"{path} is {member.size} bytes, more than {_READ_MAX}")
+    data = tar.extractfile(member)
+    return data.read() if data is not None else b""
+
+
+def _start_with_deadline(config: DockerSandboxConfig, timeout_s: float, task: str) -> DockerSandbox:
+    """Create and start the container in a thread; past ``timeout_s`` give up (and remove the
+    container when the late start finishes)."""
+    box: list[Any] = []
+    err: list[BaseException] = []
+    abandoned = threading.Event()
+    lock = threading.Lock()
+
+    def work() -> None:
+        try:
+            sb = DockerSandbox(replace(config), name_prefix="skyrl-harbor")
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            err.append(exc)
+            return
+        with lock:
+            if not abandoned.is_set():
+                box.append(sb)
+                return
+        sb.close()
+
+    thread = threading.Thread(target=work, name=f"harbor-start-{task}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    with lock:
+        late = thread.is_alive() and not box and not err
+        if late:
+            abandoned.set()
+    if late:
+        raise TrialTimeoutError(f"task {task!r}: starting the container took longer than {timeout_s:g} s")
+    if err:
+        raise err[0]
+    return box[0]

@@ -1,0 +1,300 @@
+"""Data types of the Harbor adapter: a task's config (``task.toml``), the task itself, and what a
+trial yields.
+
+A Harbor task is a directory::
+
+    task.toml              # [agent] / [verifier] timeouts, [environment] image and limits
+    instruction.md         # what the agent reads
+    environment/Dockerfile # the container (or [environment].docker_image)
+    tests/test.sh          # the verifier: writes /logs/verifier/reward.json or reward.txt
+    solution/solve.sh      # the oracle
+
+The field names follow Harbor's own ``TaskConfig`` (schema 1.x); keys Harbor knows but this
+adapter does not act on are accepted and kept in ``ignored``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from skyrl_gym.errors import ConfigError
+
+__all__ = [
+    "NetworkMode",
+    "AgentSection",
+    "VerifierSection",
+    "EnvironmentSection",
+    "SolutionSection",
+    "TaskConfig",
+    "HarborTask",
+    "VerifierResult",
+    "TrialOutcome",
+    "TrialSettings",
+    "DEFAULT_AGENT_TIMEOUT_S",
+]
+
+#: Agent budget when ``[agent].timeout_sec`` is not set (Harbor leaves it to the agent).
+DEFAULT_AGENT_TIMEOUT_S = 600.0
+
+
+class NetworkMode(StrEnum):
+    """Network of the task container (Harbor's ``[environment].network_mode``)."""
+
+    PUBLIC = "public"
+    """A normal bridged network."""
+    NO_NETWORK = "no-network"
+    """No network at all (Docker ``--network none``); works offline."""
+    ALLOWLIST = "allowlist"
+    """Only ``allowed_hosts``. Enforcing a host filter needs a proxy image from a registry, so
+    this adapter runs such tasks without a network and says so (see decision 0012)."""
+
+
+def _positive(name: str, value: float | None) -> None:
+    if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ConfigError(f"{name} must be a positive number, got {value!r}")
+
+
+@dataclass(frozen=True)
+class AgentSection:
+    """``[agent]``: the agent phase."""
+
+    timeout_sec: float | None = None
+    """Wall-clock budget of the whole agent phase; ``None``: :data:`DEFAULT_AGENT_TIMEOUT_S`."""
+    user: str | int | None = None
+    """User the agent's commands run as (default: the image's, usually root)."""
+
+    def __post_init__(self) -> None:
+        _positive("[agent].timeout_sec", self.timeout_sec)
+
+    @property
+    def budget_s(self) -> float:
+        """The agent phase's budget in seconds."""
+        return float(self.timeout_sec) if self.timeout_sec is not None else DEFAULT_AGENT_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class VerifierSection:
+    """``[verifier]``: the verifier phase."""
+
+    timeout_sec: float = 600.0
+    """Deadline of ``tests/test.sh`` (Harbor's default: 600 s)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment variables of the test run."""
+    user: str | int | None = None
+    """User the verifier runs as (default: root)."""
+
+    def __post_init__(self) -> None:
+        _positive("[verifier].timeout_sec", self.timeout_sec)
+
+
+@dataclass(frozen=True)
+class EnvironmentSection:
+    """``[environment]``: the container."""
+
+    docker_image: str | None = None
+    """A ready image; when set, ``environment/Dockerfile`` is optional (no registry is pulled)."""
+    build_timeout_sec: float = 600.0
+    """Deadline of building the image (Harbor's default: 600 s)."""
+    cpus: float = 1.0
+    """CPU quota in CPUs."""
+    memory_mb: int = 2048
+    """Memory limit (no swap); a process over it is killed."""
+    storage_mb: int | None = None
+    """Disk the task may use. Docker cannot cap a container's writable layer on overlayfs
+    without xfs project quotas, so this caps the size of any one file instead."""
+    gpus: int = 0
+    """GPUs; only 0 is supported."""
+    network_mode: NetworkMode = NetworkMode.NO_NETWORK
+    """Network of the container. Unset (and no ``allow_internet``): no network."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Hosts reachable in ``allowlist`` mode."""
+    allow_internet: bool | None = None
+    """The older spelling: ``true`` means ``public``, ``false`` ``no-network``; an explicit
+    ``network_mode`` wins."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment variables of every command in the container."""
+    workdir: str | None = None
+    """Working directory of commands; default: the image's ``WORKDIR``."""
+    os: str = "linux"
+    """Only ``linux`` is supported."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "network_mode", NetworkMode(self.network_mode))
+        object.__setattr__(self, "allowed_hosts", tuple(self.allowed_hosts))
+        _positive("[environment].build_timeout_sec", self.build_timeout_sec)
+        _positive("[environment].cpus", self.cpus)
+        _positive("[environment].memory_mb", self.memory_mb)
+        _positive("[environment].storage_mb", self.storage_mb)
+        if self.memory_mb < 16:
+            raise ConfigError(f"[environment].memory_mb={self.memory_mb} is below 16; nothing runs")
+        if self.workdir is not None and not self.workdir.startswith("/"):
+            raise ConfigError(f"[environment].workdir must be absolute, got {self.workdir!r}")
+
+    @property
+    def network(self) -> bool:
+        """True when the container gets a network (only ``public``)."""
+        return self.network_mode is NetworkMode.PUBLIC
+
+
+@dataclass(frozen=True)
+class SolutionSection:
+    """``[solution]``: the oracle."""
+
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment variables of ``solve.sh``."""
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """A parsed ``task.toml``."""
+
+    agent: AgentSection = field(default_factory=AgentSection)
+    """``[agent]``."""
+    verifier: VerifierSection = field(default_factory=VerifierSection)
+    """``[verifier]``."""
+    environment: EnvironmentSection = field(default_factory=EnvironmentSection)
+    """``[environment]``."""
+    solution: SolutionSection = field(default_factory=SolutionSection)
+    """``[solution]``."""
+    schema_version: str = "1.0"
+    """``schema_version`` (or the older ``version``)."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """``[metadata]``: free-form (difficulty, category, tags...)."""
+    name: str | None = None
+    """``[task].name`` when the task declares one."""
+    ignored: tuple[str, ...] = ()
+    """Keys Harbor knows that this adapter does not act on (``mcp_servers``, ``healthcheck``...)."""
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """How this adapter runs a trial (the runner's choices; the task's own limits come from
+    ``task.toml``). Pickles; set through ``env_config`` of the ``harbor`` env."""
+
+    command_timeout_s: float = 120.0
+    """Deadline of one agent command (``bash`` tool call); also capped by what is left of the
+    agent phase's budget."""
+    agent_timeout_s: float | None = None
+    """Override ``[agent].timeout_sec`` (e.g. shorter for training); ``None`` keeps the task's."""
+    verifier_timeout_s: float | None = None
+    """Override ``[verifier].timeout_sec``; ``None`` keeps the task's."""
+    build_timeout_s: float | None = None
+    """Override ``[environment].build_timeout_sec``; ``None`` keeps the task's."""
+    start_timeout_s: float = 60.0
+    """Deadline of creating and starting the container."""
+    pids: int = 1024
+    """Most processes in the container at once."""
+    output_chars: int = 8000
+    """Most characters of a command's output shown to the model (the middle is cut)."""
+
+    def __post_init__(self) -> None:
+        for name in ("command_timeout_s", "start_timeout_s"):
+            _positive(f"TrialSettings.{name}", getattr(self, name))
+        for name in ("agent_timeout_s", "verifier_timeout_s", "build_timeout_s"):
+            _positive(f"TrialSettings.{name}", getattr(self, name))
+        if self.pids < 8 or self.output_chars < 100:
+            raise ConfigError("TrialSettings.pids must be >= 8 and output_chars >= 100")
+
+
+@dataclass(frozen=True)
+class HarborTask:
+    """One loaded, validated Harbor task directory."""
+
+    path: Path
+    """The task directory (absolute)."""
+    name: str
+    """``[task].name``, else the directory's name."""
+    config: TaskConfig
+    """The parsed ``task.toml``."""
+    instruction: str
+    """``instruction.md`` (leading canary comment lines removed, as Harbor does)."""
+
+    @property
+    def environment_dir(self) -> Path:
+        """``environment/``: the image's build context."""
+        return self.path / "environment"
+
+    @property
+    def dockerfile(self) -> Path | None:
+        """``environment/Dockerfile`` if it exists."""
+        p = self.environment_dir / "Dockerfile"
+        return p if p.is_file() else None
+
+    @property
+    def compose_file(self) -> Path | None:
+        """``environment/docker-compose.yaml`` (or ``.yml``) if it exists."""
+        for name in ("docker-compose.yaml", "docker-compose.yml"):
+            p = self.environment_dir / name
+            if p.is_file():
+                return p
+        return None
+
+    @property
+    def tests_dir(self) -> Path:
+        """``tests/``: copied into the container only after the agent is done."""
+        return self.path / "tests"
+
+    @property
+    def solution_dir(self) -> Path:
+        """``solution/``: the oracle; never in the container during a normal agent's phase."""
+        return self.path / "solution"
+
+
+@dataclass(frozen=True)
+class VerifierResult:
+    """What the verifier produced: the reward, or why there is none."""
+
+    reward: float | None
+    """The reward (``reward.txt``, or ``reward.json``'s ``reward`` key, or the mean of its
+    values); ``None`` when ``error`` is set."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """Every named value of ``reward.json`` (``{"reward": r}`` for ``reward.txt``)."""
+    error: str | None = None
+    """Why there is no usable reward (missing, empty, non-numeric, NaN, infinite, timed out)."""
+    exit_code: int | None = None
+    """Exit status of ``tests/test.sh``."""
+    timed_out: bool = False
+    """``tests/test.sh`` ran past ``[verifier].timeout_sec``."""
+    seconds: float = 0.0
+    """Wall-clock seconds of the verifier phase."""
+    output: str = ""
+    """The end of the test script's output (for reports)."""
+
+    @property
+    def ok(self) -> bool:
+        """True when there is a finite reward."""
+        return self.error is None and self.reward is not None
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """One trial as ``skyrl harbor check`` reports it."""
+
+    task: str
+    """Task name."""
+    agent: str
+    """``oracle`` or ``nop`` (or another agent's name)."""
+    reward: float | None
+    """The reward, ``None`` when the trial ended in an error."""
+    error: str | None = None
+    """Why there is no reward (``RewardError: ...``, ``ImageBuildError: ...``)."""
+    seconds: float = 0.0
+    """Wall-clock seconds of the whole trial (build, start, agent, verifier)."""
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    """The env's metrics of the episode."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (JSON)."""
+        return {
+            "task": self.task,
+            "agent": self.agent,
+            "reward": self.reward,
+            "error": self.error,
+            "seconds": round(self.seconds, 3),
+            "metrics": dict(self.metrics),
+        }

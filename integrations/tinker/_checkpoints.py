@@ -1,0 +1,107 @@
+"""``tinker://`` checkpoints on disk.
+
+``tinker://{model_id}/{kind}/{name}`` lives in ``{checkpoint_dir}/{model_id}/{kind}/{name}/`` as
+``weights.pt`` (the trained parameters by name: LoRA adapters only, or the full model),
+``optimizer.pt`` (AdamW's state, ``weights`` kind only) and ``meta.json`` (base model, LoRA
+config, steps). A checkpoint is written to a temporary directory and renamed into place, so a
+half-written one is never found.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from integrations.tinker._models import TrainingModel
+from integrations.tinker.types import CheckpointKind, LoraSpec, TinkerPath, TinkerRequestError
+
+__all__ = ["StoredCheckpoint", "save", "load", "local_dir"]
+
+_FORMAT = "skyrl-tinker-checkpoint-1"
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A checkpoint read back from disk."""
+
+    path: TinkerPath
+    base_model: str
+    lora: LoraSpec | None
+    steps: int
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any] | None
+    version: int
+    """When it was written (``meta.json``'s mtime in ns): tells an overwritten name apart."""
+
+
+def local_dir(root: str | os.PathLike[str], path: TinkerPath) -> Path:
+    """Where ``path`` is stored under ``root``."""
+    return Path(root) / path.model_id / path.kind.value / path.name
+
+
+def save(
+    root: str | os.PathLike[str], tm: TrainingModel, kind: CheckpointKind, name: str, overwrite: bool
+) -> TinkerPath:
+    """Write ``tm``'s trained parameters (and, for ``weights``, its optimizer state)."""
+    path = TinkerPath(tm.model_id, kind, name)
+    final = local_dir(root, path)
+    if final.exists() and not overwrite:
+        raise TinkerRequestError(
+            f"checkpoint {path} already exists; pass overwrite=True or choose another name"
+        )
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        torch.save(tm.trainable_state(), tmp / "weights.pt")
+        if kind is CheckpointKind.STATE:
+            torch.save(tm.optimizer.state_dict(), tmp / "optimizer.pt")
+        meta = {
+            "format": _FORMAT,
+            "model_id": tm.model_id,
+            "base_model": tm.base.name,
+            "lora": tm.lora.to_dict() if tm.lora else None,
+            "steps": tm.steps,
+            "params": list(tm.params),
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def load(root: str | os.PathLike[str], path: TinkerPath, with_optimizer: bool) -> StoredCheckpoint:
+    """Read the checkpoint at ``path``; the optimizer state only when asked (``weights`` kind)."""
+    where = local_dir(root, path)
+    meta_file = where / "meta.json"
+    if not meta_file.exists():
+        raise TinkerRequestError(f"no checkpoint at {path} (looked in {where})", status=404)
+    meta = json.loads(meta_file.read_text())
+    if meta.get("format") != _FORMAT:
+        raise TinkerRequestError(
+            f"{where} is not a checkpoint of this server (format {meta.get('format')!r})"
+        )
+    optimizer = None
+    if with_optimizer:
+        opt_file = where / "optimizer.pt"
+        if not opt_file.exists():
+            raise TinkerRequestError(
+                f"{path} holds no optimizer state (only save_state checkpoints do); load it without the optimizer"
+            )
+        optimizer = torch.load(opt_file, map_location="cpu", weights_only=True)
+    lora = LoraSpec(**meta["lora"]) if meta.get("lora") else None
+    weights = torch.load(where / "weights.pt", map_location="cpu", weights_only=True)
+    version = meta_file.stat().st_mtime_ns
+    return StoredCheckpoint(
+        path, meta["base_model"], lora, int(meta.get("steps", 0)), weights, optimizer, version
+    )

@@ -1,0 +1,256 @@
+"""Request futures and the one worker that runs every job.
+
+Every training, save and sample call is two-phase: the submit route returns a ``request_id`` at
+once and the client polls ``retrieve_future`` until the result is there. :class:`Futures` holds
+the results (JSON dicts, protobuf bytes or errors) for re-polls until they expire.
+
+All model work runs on one worker thread (one accelerator, one model call at a time), in the
+order it is handed over. :class:`Scheduler` hands a training model's requests over in ``seq_id``
+order: the client sends the chunks of one ``forward_backward`` concurrently, the first one last,
+so a request waits until every request with a lower ``seq_id`` of its model has been handed over.
+A gap that stays open longer than ``gap_timeout_s`` (a client that died mid-call) is skipped.
+Everything here except the job bodies runs on the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from integrations.tinker.types import ErrorCategory, TinkerRequestError
+
+__all__ = ["Futures", "Scheduler", "Outcome"]
+
+log = logging.getLogger(__name__)
+
+_RECENT = 256  # seq_ids remembered per model for re-sent requests
+
+#: A job's result: a JSON-ready dict or protobuf bytes.
+Outcome = dict[str, Any] | bytes
+
+
+@dataclass
+class _Entry:
+    kind: str
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    result: Outcome | None = None
+    error: TinkerRequestError | None = None
+    finished_at: float = 0.0
+    delivered_at: float | None = None
+
+
+class Futures:
+    """Results by request id; created, finished and read on the event loop's thread.
+
+    A result is kept ``ttl_s`` after it finished, or ``delivered_ttl_s`` after it was first
+    handed out (a client re-polls only when an answer got lost), whichever comes first."""
+
+    def __init__(self, ttl_s: float, delivered_ttl_s: float = 120.0) -> None:
+        self.ttl_s = ttl_s
+        self.delivered_ttl_s = delivered_ttl_s
+        self._entries: dict[str, _Entry] = {}
+
+    def new(self, kind: str) -> str:
+        """A new pending request id (``kind`` names the request type, for messages)."""
+        self._expire()
+        rid = f"{kind}-{uuid.uuid4().hex}"
+        self._entries[rid] = _Entry(kind)
+        return rid
+
+    def finish(self, rid: str, result: Outcome | None = None, error: BaseException | None = None) -> None:
+        """Store a result or an error (a non-request error becomes a server error)."""
+        entry = self._entries.get(rid)
+        if entry is None or entry.done.is_set():
+            return
+        if error is not None:
+            if not isinstance(error, TinkerRequestError):
+                log.exception("%s request %s failed", entry.kind, rid, exc_info=error)
+                error = TinkerRequestError(
+                    f"{entry.kind} failed on the server: {type(error).__name__}: {error}",
+                    ErrorCategory.SERVER,
+                    500,
+                )
+            entry.error = error
+        else:
+            entry.result = result
+        entry.finished_at = time.monotonic()
+        entry.done.set()
+
+    def failed(self, kind: str, error: TinkerRequestError) -> str:
+        """A request id that is already failed with ``error``."""
+        rid = self.new(kind)
+        self.finish(rid, error=error)
+        return rid
+
+    async def wait(self, rid: str, timeout_s: float) -> _Entry | None:
+        """The finished entry, waiting at most ``timeout_s``; None if still pending. Raises
+        :class:`TinkerRequestError` for an unknown (or expired) id."""
+        entry = self._entries.get(rid)
+        if entry is None:
+            raise TinkerRequestError(
+                f"unknown request_id {rid!r}: it never existed here, its result expired, or the server "
+                "restarted since it was submitted"
+            )
+        if not entry.done.is_set():
+            try:
+                await asyncio.wait_for(entry.done.wait(), timeout_s)
+            except TimeoutError:
+                return None
+        if entry.delivered_at is None:
+            entry.delivered_at = time.monotonic()
+        return entry
+
+    def pending(self) -> int:
+        """How many requests have not finished."""
+        return sum(1 for e in self._entries.values() if not e.done.is_set())
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        stale = [
+            k
+            for k, e in self._entries.items()
+            if e.done.is_set()
+            and (
+                now - e.finished_at > self.ttl_s
+                or (e.delivered_at is not None and now - e.delivered_at > self.delivered_ttl_s)
+            )
+        ]
+        for k in stale:
+            del self._entries[k]
+
+
+@dataclass
+class _Queue:
+    next_seq: int = 1
+    waiting: dict[int, tuple[str, Callable[[], Outcome]]] = field(default_factory=dict)
+    blocked_since: float | None = None
+    recent: OrderedDict[int, str] = field(default_factory=OrderedDict)
+    """The request ids of the latest ``seq_id`` s, so a re-sent request gets its first answer."""
+
+
+class Scheduler:
+    """Runs jobs on one worker thread; a model's jobs in ``seq_id`` order."""
+
+    def __init__(self, futures: Futures, gap_timeout_s: float) -> None:
+        self.futures = futures
+        self.gap_timeout_s = gap_timeout_s
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tinker-worker")
+        self._queues: dict[str, _Queue] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def open_model(self, model_id: str) -> None:
+        """Start ordering ``model_id``'s requests; its first request has ``seq_id`` 1."""
+        self._queues.setdefault(model_id, _Queue())
+
+    def close_model(self, model_id: str) -> None:
+        """Stop ordering ``model_id``'s requests; waiting ones fail."""
+        queue = self._queues.pop(model_id, None)
+        for rid, _ in queue.waiting.values() if queue else ():
+            self.futures.finish(rid, error=TinkerRequestError(f"model {model_id} was closed"))
+
+    def request_for(self, model_id: str, seq_id: int | None) -> str | None:
+        """The request id already given to ``model_id``'s ``seq_id`` (a client retrying a submit
+        whose answer it lost), or None."""
+        queue = self._queues.get(model_id)
+        if queue is None or seq_id is None:
+            return None
+        return queue.recent.get(seq_id)
+
+    def has_model(self, model_id: str) -> bool:
+        """Whether ``model_id``'s requests are being ordered."""
+        return model_id in self._queues
+
+    def run(self, rid: str, job: Callable[[], Outcome]) -> None:
+        """Hand ``job`` to the worker now; its result or error finishes ``rid``."""
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+
+        def body() -> None:
+            try:
+                result = job()
+            except BaseException as exc:  # noqa: BLE001 - every failure goes back to the client
+                loop.call_soon_threadsafe(self.futures.finish, rid, None, exc)
+            else:
+                loop.call_soon_threadsafe(self.futures.finish, rid, result, None)
+
+        self._executor.submit(body)
+
+    def run_detached(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the worker after what is queued, with no request to report to."""
+
+        def body() -> None:
+            try:
+                job()
+            except BaseException:  # noqa: BLE001 - nothing waits for it; log and go on
+                log.exception("background job failed")
+
+        self._executor.submit(body)
+
+    def submit(self, model_id: str, seq_id: int | None, rid: str, job: Callable[[], Outcome]) -> None:
+        """Run ``job`` after every request of ``model_id`` with a lower ``seq_id``. A request
+        without a ``seq_id`` runs after those already handed over."""
+        queue = self._queues.get(model_id)
+        if queue is None:
+            self.futures.finish(rid, error=TinkerRequestError(f"unknown model_id {model_id!r}"))
+            return
+        if seq_id is None or seq_id <= 0:
+            self.run(rid, job)
+            return
+        if seq_id < queue.next_seq or seq_id in queue.waiting:
+            self.futures.finish(
+                rid,
+                error=TinkerRequestError(
+                    f"seq_id {seq_id} of model {model_id} was already used (next expected: {queue.next_seq})"
+                ),
+            )
+            return
+        queue.waiting[seq_id] = (rid, job)
+        queue.recent[seq_id] = rid
+        while len(queue.recent) > _RECENT:
+            queue.recent.popitem(last=False)
+        self._pump(queue)
+
+    def _pump(self, queue: _Queue) -> None:
+        progressed = False
+        while queue.next_seq in queue.waiting:
+            rid, job = queue.waiting.pop(queue.next_seq)
+            queue.next_seq += 1
+            self.run(rid, job)
+            progressed = True
+        if not queue.waiting:
+            queue.blocked_since = None
+        elif progressed or queue.blocked_since is None:
+            queue.blocked_since = time.monotonic()
+
+    def skip_stale_gaps(self) -> None:
+        """Skip missing ``seq_id`` s that have blocked a model for longer than the gap timeout."""
+        now = time.monotonic()
+        for model_id, queue in self._queues.items():
+            if (
+                queue.waiting
+                and queue.blocked_since is not None
+                and now - queue.blocked_since > self.gap_timeout_s
+            ):
+                lowest = min(queue.waiting)
+                log.warning(
+                    "model %s: seq_id %d..%d never arrived within %.0fs; running seq_id %d",
+                    model_id,
+                    queue.next_seq,
+                    lowest - 1,
+                    self.gap_timeout_s,
+                    lowest,
+                )
+                queue.next_seq = lowest
+                queue.blocked_since = None
+                self._pump(queue)
+
+    def shutdown(self) -> None:
+        """Stop the worker (running jobs finish; queued ones are dropped). Idempotent."""
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,300 @@
+"""The model work behind the routes: forward/backward with a Tinker loss, the AdamW step and
+sampling. Each function runs on the worker thread and returns what the client receives."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from integrations.tinker._models import TrainingModel
+from integrations.tinker._wire import (
+    EncodedSequence,
+    FwdBwdRequest,
+    WireDatum,
+    encode_forward_backward_output,
+    encode_sample_response,
+)
+from integrations.tinker.losses import LossInputs, check_loss_request, required_inputs, tinker_loss
+from integrations.tinker.types import TinkerRequestError
+from skyrl_agent.policies.hf import HFPolicy
+from skyrl_agent.types import FinishReason, GenerateRequest, SamplingParams
+from trainers.losses import token_logprobs_from_logits
+
+__all__ = ["forward_backward", "optim_step", "sample", "adam_settings"]
+
+_FLOAT_INPUTS = ("weights", "logprobs", "advantages")
+
+
+def _loss_inputs(loss_fn: str, datum: WireDatum, index: int, vocab: int, device: torch.device) -> LossInputs:
+    needed = required_inputs(loss_fn)
+    have = set(datum.inputs)
+    missing = [k for k in needed if k not in have]
+    extra = sorted(have - set(needed))
+    if missing or extra:
+        raise TinkerRequestError(
+            f"datum {index}: {loss_fn} takes loss_fn_inputs {list(needed)}; "
+            + (f"missing {missing}" if missing else "")
+            + ("; " if missing and extra else "")
+            + (f"unexpected {extra}" if extra else "")
+        )
+    target_shape = datum.inputs["target_tokens"].shape
+    for k in needed:
+        shape = datum.inputs[k].shape
+        if loss_fn != "cross_entropy" and len(shape) != 1:
+            raise TinkerRequestError(
+                f"datum {index}: {loss_fn} takes one target per position, but loss_fn_inputs[{k!r}] has "
+                f"shape {list(shape)}"
+            )
+        if shape != target_shape:
+            raise TinkerRequestError(
+                f"datum {index}: loss_fn_inputs[{k!r}] has shape {list(shape)} but target_tokens has "
+                f"{list(target_shape)}"
+            )
+    targets = datum.inputs["target_tokens"].astype(np.int64)
+    if targets.min() < 0 or targets.max() >= vocab:
+        raise TinkerRequestError(f"datum {index}: target_tokens out of the vocabulary range [0, {vocab})")
+    fields: dict[str, torch.Tensor] = {"target_tokens_N": torch.as_tensor(targets, device=device)}
+    for k in _FLOAT_INPUTS:
+        if k in datum.inputs:
+            arr = datum.inputs[k].astype(np.float32)
+            if not np.isfinite(arr).all():
+                raise TinkerRequestError(f"datum {index}: loss_fn_inputs[{k!r}] holds NaN or infinity")
+            fields[f"{k}_N"] = torch.as_tensor(arr, device=device)
+    return LossInputs(**fields)
+
+
+def _target_logprobs(
+    module: Any, tokens: Sequence[np.ndarray], targets: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """Per datum, ``log p(target[i] | tokens[: i + 1])`` (float32, with gradient if enabled), of
+    shape ``[N]``, or ``[N, K]`` for ``K`` targets per position."""
+    device = targets[0].device
+    B, T = len(tokens), max(t.size for t in tokens)
+    K = max(1 if t.dim() == 1 else t.shape[1] for t in targets)
+    ids_BT = torch.zeros((B, T), dtype=torch.long, device=device)
+    attn_BT = torch.zeros((B, T), dtype=torch.long, device=device)
+    tgt_BTK = torch.zeros((B, T, K), dtype=torch.long, device=device)
+    for i, (tok, tgt) in enumerate(zip(tokens, targets, strict=True)):  # right padding
+        ids_BT[i, : tok.size] = torch.as_tensor(tok, device=device)
+        attn_BT[i, : tok.size] = 1
+        tgt_BTK[i, : tok.size, : (1 if tgt.dim() == 1 else tgt.shape[1])] = tgt.reshape(tok.size, -1)
+    logits_BTV = module(input_ids=ids_BT, attention_mask=attn_BT).logits  # B x T x V
+    # one chunked gather per target column: never a B x T x V float32 log-softmax
+    lp_BTK = torch.stack([token_logprobs_from_logits(logits_BTV, tgt_BTK[..., k]) for k in range(K)], dim=-1)
+    return [
+        lp_BTK[i, : tok.size, 0] if tgt.dim() == 1 else lp_BTK[i, : tok.size, : tgt.shape[1]]
+        for i, (tok, tgt) in enumerate(zip(tokens, targets, strict=True))
+    ]
+
+
+def forward_backward(tm: TrainingModel, req: FwdBwdRequest, micro_batch_size: int) -> bytes:
+    """Run ``req`` (gradients accumulate until :func:`optim_step`); a ``ForwardBackwardOutput``."""
+    check_loss_request(req.loss_fn, req.loss_fn_config)
+    if not req.data:
+        raise TinkerRequestError("forward_backward got no datums")
+    device = next(iter(tm.params.values())).device
+    vocab = int(tm.base.model.get_output_embeddings().weight.shape[0])
+    inputs = [_loss_inputs(req.loss_fn, d, i, vocab, device) for i, d in enumerate(req.data)]
+    outputs: list[dict[str, np.ndarray]] = []
+    total = 0.0
+    for start in range(0, len(req.data), micro_batch_size):
+        sl = slice(start, start + micro_batch_size)
+        with torch.set_grad_enabled(not req.forward_only):
+            rows = _target_logprobs(
+                tm.module, [d.tokens for d in req.data[sl]], [x.target_tokens_N for x in inputs[sl]]
+            )
+            result = tinker_loss(req.loss_fn, rows, inputs[sl], req.loss_fn_config)
+            if not req.forward_only and result.loss.requires_grad:
+                result.loss.backward()  # a sum: micro-batches add up to the request's gradient
+        total += float(result.loss.detach())
+        for lp_N, el_N in zip(rows, result.elementwise_N, strict=True):
+            outputs.append(
+                {
+                    "logprobs": lp_N.detach().float().cpu().numpy(),
+                    "elementwise_loss": el_N.float().cpu().numpy(),
+                }
+            )
+    return encode_forward_backward_output(outputs, {"loss:sum": total})
+
+
+def adam_settings(body: Mapping[str, Any]) -> dict[str, float]:
+    """The Adam hyperparameters of an ``optim_step`` body (``adam_params``), with Tinker's defaults."""
+    if "adam_params" not in body:
+        kind = (body.get("optimizer_params") or {}).get("type", "unknown")
+        raise TinkerRequestError(
+            f"optimizer {kind!r} is not supported by this server; use AdamParams (AdamW)"
+        )
+    p = dict(body["adam_params"] or {})
+    out = {
+        "learning_rate": float(p.get("learning_rate", 1e-4)),
+        "beta1": float(p.get("beta1", 0.9)),
+        "beta2": float(p.get("beta2", 0.95)),
+        "eps": float(p.get("eps", 1e-12)),
+        "weight_decay": float(p.get("weight_decay", 0.0)),
+        "grad_clip_norm": float(p.get("grad_clip_norm", 0.0)),
+    }
+    if out["learning_rate"] < 0 or not 0 <= out["beta1"] < 1 or not 0 <= out["beta2"] < 1 or out["eps"] < 0:
+        raise TinkerRequestError(f"invalid adam_params {p}: need learning_rate >= 0, 0 <= beta < 1, eps >= 0")
+    return out
+
+
+def optim_step(tm: TrainingModel, adam: Mapping[str, float]) -> dict[str, Any]:
+    """One AdamW step with ``adam`` on the accumulated gradients, which are then cleared."""
+    for group in tm.optimizer.param_groups:
+        group.update(
+            lr=adam["learning_rate"],
+            betas=(adam["beta1"], adam["beta2"]),
+            eps=adam["eps"],
+            weight_decay=adam["weight_decay"],
+        )
+    params = list(tm.params.values())
+    grads = [p.grad for p in params if p.grad is not None]
+    if adam["grad_clip_norm"] > 0:
+        norm = float(torch.nn.utils.clip_grad_norm_(params, adam["grad_clip_norm"]))
+    else:
+        norm = (
+            float(torch.linalg.vector_norm(torch.stack([g.float().norm() for g in grads]))) if grads else 0.0
+        )
+    if not math.isfinite(norm):
+        tm.optimizer.zero_grad(set_to_none=True)
+        raise TinkerRequestError("the gradient is not finite (NaN or infinity); the step was skipped")
+    tm.optimizer.step()
+    tm.optimizer.zero_grad(set_to_none=True)
+    tm.steps += 1
+    return {"metrics": {"grad_norm:mean": norm, "learning_rate:mean": adam["learning_rate"]}}
+
+
+def _sampling_params(
+    params: Mapping[str, Any], default_max_tokens: int, seed: int | None
+) -> tuple[SamplingParams, bool]:
+    """Our :class:`SamplingParams` for Tinker's, and whether the end-of-sequence token stops."""
+    stop = params.get("stop")
+    strings: tuple[str, ...] = ()
+    token_ids: tuple[int, ...] = ()
+    eos = stop is None or stop != []
+    if isinstance(stop, str):
+        strings = (stop,)
+    elif isinstance(stop, list) and stop:
+        if all(isinstance(s, str) for s in stop):
+            strings = tuple(stop)
+        elif all(isinstance(s, int) for s in stop):
+            token_ids = tuple(stop)
+        else:
+            raise TinkerRequestError(
+                "sampling_params.stop must be a string, a list of strings or a list of token ids"
+            )
+    top_k = int(params.get("top_k", -1) or -1)
+    try:
+        sp = SamplingParams(
+            temperature=float(params.get("temperature", 1.0)),
+            top_p=float(params.get("top_p", 1.0)),
+            top_k=0 if top_k < 0 else top_k,
+            max_tokens=int(params.get("max_tokens") or default_max_tokens),
+            stop=strings,
+            stop_token_ids=token_ids,
+            seed=seed,
+        )
+    except ValueError as exc:
+        raise TinkerRequestError(f"invalid sampling_params: {exc}") from None
+    return sp, eos
+
+
+#: The value of an empty top-k cell (the client's ``MASK_LOGPROB``), with token id 0.
+_TOPK_EMPTY = -99999.0
+
+
+def _prompt_scores(
+    policy: HFPolicy, prompt: Sequence[int], first: int, k: int
+) -> tuple[list[float], np.ndarray | None, np.ndarray | None]:
+    """Prompt logprobs (NaN before position ``first``, which is at least 1) and, when ``k > 0``,
+    the top-``k`` next-token ids and logprobs at every prompt position (empty cells before
+    ``first``), from one forward pass over the prompt."""
+    P = len(prompt)
+    ids_1P = torch.as_tensor([list(prompt)], dtype=torch.long, device=policy.device)
+    with torch.inference_mode():
+        logits_PV = policy.model(input_ids=ids_1P, attention_mask=torch.ones_like(ids_1P)).logits[0]
+        logits_SV = logits_PV[first - 1 : P - 1]  # S = P - first rows: they predict tokens first..P-1
+        lp_S = token_logprobs_from_logits(logits_SV[None], ids_1P[:, first:])[0]  # S
+        lps = [float("nan")] * first + lp_S.tolist()
+        if k <= 0:
+            return lps, None, None
+        top_ids = np.zeros((P, k), dtype=np.int32)
+        top_lps = np.full((P, k), _TOPK_EMPTY, dtype=np.float32)
+        for start in range(0, logits_SV.shape[0], 256):  # 256 rows of V float32 at a time
+            chunk_CV = torch.log_softmax(logits_SV[start : start + 256].float(), dim=-1)
+            values_CK, index_CK = chunk_CV.topk(min(k, chunk_CV.shape[-1]), dim=-1)
+            rows = slice(first + start, first + start + chunk_CV.shape[0])
+            top_ids[rows, : index_CK.shape[1]] = index_CK.cpu().numpy()
+            top_lps[rows, : values_CK.shape[1]] = values_CK.float().cpu().numpy()
+    return lps, top_ids, top_lps
+
+
+_UNSUPPORTED_SAMPLE_FIELDS = {
+    "topk_sample_logprobs": "top-k sample logprobs",
+    "prompt_alt_tokens_k": "prompt_alt_tokens",
+}
+
+
+def check_sample_request(body: Mapping[str, Any]) -> None:
+    """Raise :class:`TinkerRequestError` for sampling features this server does not have."""
+    for key, what in _UNSUPPORTED_SAMPLE_FIELDS.items():
+        if int(body.get(key) or 0) > 0:
+            raise TinkerRequestError(f"{what} ({key}) is not supported by this server")
+    if body.get("target_prompt_logprobs") is not None:
+        raise TinkerRequestError("target_prompt_logprobs is not supported by this server")
+    if body.get("record_stability_info"):
+        raise TinkerRequestError("record_stability_info (StableReinforce) is not supported by this server")
+    n = body.get("num_samples", 1)
+    if not isinstance(n, int) or n < 1:
+        raise TinkerRequestError(f"num_samples must be an integer >= 1, got {n!r}")
+    last_n = body.get("prompt_logprobs_last_n")
+    if last_n is not None and not body.get("prompt_logprobs"):
+        raise TinkerRequestError("prompt_logprobs_last_n needs prompt_logprobs")
+    k = body.get("topk_prompt_logprobs") or 0
+    if not isinstance(k, int) or k < 0:
+        raise TinkerRequestError(f"topk_prompt_logprobs must be an integer >= 0, got {k!r}")
+
+
+def sample(
+    policy: HFPolicy,
+    prompt: Sequence[int],
+    body: Mapping[str, Any],
+    default_max_tokens: int,
+) -> bytes:
+    """``num_samples`` continuations of ``prompt`` (and its logprobs when asked); a ``SampleResponse``."""
+    if not prompt:
+        raise TinkerRequestError("the prompt is empty")
+    vocab = int(policy.model.get_output_embeddings().weight.shape[0])
+    if min(prompt) < 0 or max(prompt) >= vocab:
+        raise TinkerRequestError(f"prompt tokens out of the vocabulary range [0, {vocab})")
+    last_n = body.get("prompt_logprobs_last_n")
+    if last_n is not None and not (isinstance(last_n, int) and 1 <= last_n <= len(prompt) - 1):
+        raise TinkerRequestError(f"prompt_logprobs_last_n must be in [1, {len(prompt) - 1}], got {last_n!r}")
+    n = int(body.get("num_samples", 1))
+    params = body.get("sampling_params") or {}
+    seed = params.get("seed")
+    requests = []
+    eos = True
+    for i in range(n):
+        sp, eos = _sampling_params(params, default_max_tokens, None if seed is None else int(seed) + i)
+        requests.append(GenerateRequest(prompt_ids=list(prompt), sampling=sp))
+    saved_eos = policy.eos_token_ids
+    if not eos:  # stop=[]: nothing stops generation before max_tokens, not even end-of-sequence
+        policy.eos_token_ids = frozenset()
+    try:
+        outs = policy.generate_sync(requests)
+    finally:
+        policy.eos_token_ids = saved_eos
+    sequences = [EncodedSequence(o.token_ids, o.logprobs, o.finish_reason == FinishReason.STOP) for o in outs]
+    k = int(body.get("topk_prompt_logprobs") or 0)
+    prompt_lps, topk = None, None
+    if body.get("prompt_logprobs") or k > 0:
+        first = 1 if last_n is None else len(prompt) - last_n
+        lps, top_ids, top_lps = _prompt_scores(policy, prompt, first, k)
+        prompt_lps = lps if body.get("prompt_logprobs") else None
+        topk = (top_ids, top_lps) if k > 0 else None
+    return encode_sample_response(sequences, prompt_lps, topk)

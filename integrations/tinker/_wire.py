@@ -1,0 +1,247 @@
+"""The two binary encodings of the protocol, read and written with the client's own protobuf
+schema (``tinker.proto.tinker_public_pb2``): the ``forward_backward`` request body (possibly
+zstd-compressed) and the ``ForwardBackwardOutput`` / ``SampleResponse`` results.
+
+Layouts (schema ``tinker_public.proto``): token ids travel as int32 little-endian bytes, tensors
+as dense bytes (or sparse CSR) with a ``DType``; a ``BatchedTensor`` concatenates every datum's
+data and gives int64 *byte* offsets (``num_datums + 1`` of them); missing prompt logprobs are NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from integrations.tinker.types import TinkerRequestError
+from skyrl_gym.errors import require
+
+__all__ = [
+    "WireDatum",
+    "FwdBwdRequest",
+    "decode_body",
+    "parse_forward_backward",
+    "encode_forward_backward_output",
+    "encode_sample_response",
+    "model_input_tokens",
+]
+
+
+def _pb() -> Any:
+    return require("tinker.proto.tinker_public_pb2", "tinker", "the Tinker-compatible server")
+
+
+@dataclass(frozen=True)
+class WireDatum:
+    """One datum: the model input's token ids and its ``loss_fn_inputs`` as numpy arrays."""
+
+    tokens: np.ndarray
+    """int64 ``[N]``."""
+    inputs: dict[str, np.ndarray]
+    """``loss_fn_inputs`` by name (float32 or int64, ``[N]`` or ``[N, K]``)."""
+
+
+@dataclass(frozen=True)
+class FwdBwdRequest:
+    """A decoded ``ForwardBackwardRequest``."""
+
+    model_id: str
+    seq_id: int
+    loss_fn: str
+    loss_fn_config: dict[str, float | str]
+    forward_only: bool
+    data: list[WireDatum]
+
+
+def decode_body(body: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
+    """``body`` decompressed when ``Content-Encoding`` is zstd (at most ``max_bytes``)."""
+    enc = (content_encoding or "").strip().lower()
+    if enc in ("", "identity"):
+        return body
+    if enc != "zstd":
+        raise TinkerRequestError(f"unsupported Content-Encoding {content_encoding!r} (zstd or none)")
+    zstandard: Any = require("zstandard", "tinker", "zstd-compressed requests")
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(body)
+        out = reader.read(max_bytes + 1)
+    except zstandard.ZstdError as exc:
+        raise TinkerRequestError(f"the zstd request body does not decompress: {exc}") from None
+    if len(out) > max_bytes:
+        raise TinkerRequestError(f"the request body is larger than {max_bytes} bytes after decompression")
+    return out
+
+
+def _tensor(msg: Any, name: str) -> np.ndarray:
+    pb = _pb()
+    dtypes = {pb.DTYPE_FLOAT32: np.float32, pb.DTYPE_INT64: np.int64, pb.DTYPE_INT32: np.int32}
+    np_dtype = dtypes.get(msg.dtype)
+    if np_dtype is None:
+        raise TinkerRequestError(
+            f"loss_fn_inputs[{name!r}]: unsupported dtype {msg.dtype} (float32 or int64)"
+        )
+    shape = [int(s) for s in msg.shape]
+    if msg.HasField("sparse_csr"):
+        if len(shape) != 2:
+            raise TinkerRequestError(f"loss_fn_inputs[{name!r}]: a sparse CSR tensor needs a 2-D shape")
+        values = np.frombuffer(msg.sparse_csr.values, dtype=np_dtype)
+        crow = np.frombuffer(msg.sparse_csr.crow_indices, dtype=np.int64)
+        col = np.frombuffer(msg.sparse_csr.col_indices, dtype=np.int64)
+        dense = np.zeros(shape, dtype=np_dtype)
+        rows = np.repeat(np.arange(shape[0]), np.diff(crow))
+        dense[rows, col] = values
+        return dense
+    arr = np.frombuffer(msg.dense, dtype=np_dtype)
+    if shape and int(np.prod(shape)) != arr.size:
+        raise TinkerRequestError(f"loss_fn_inputs[{name!r}]: {arr.size} values for shape {shape}")
+    return arr.reshape(shape) if shape else arr
+
+
+def _chunks_to_tokens(chunks: Sequence[Any]) -> np.ndarray:
+    parts = []
+    for chunk in chunks:
+        which = chunk.WhichOneof("chunk")
+        if which != "encoded_text":
+            raise TinkerRequestError(
+                f"model_input chunk of type {which!r} is not supported: this server trains text models "
+                "(encoded_text chunks only)"
+            )
+        parts.append(np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).astype(np.int64))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def parse_forward_backward(body: bytes) -> FwdBwdRequest:
+    """Decode a protobuf ``ForwardBackwardRequest`` body."""
+    pb = _pb()
+    msg = pb.ForwardBackwardRequest()
+    try:
+        msg.ParseFromString(body)
+    except Exception as exc:  # noqa: BLE001 - protobuf raises its own DecodeError
+        raise TinkerRequestError(
+            f"the forward_backward body is not a ForwardBackwardRequest protobuf ({exc}); "
+            "this server speaks the wire format of tinker >= 0.25"
+        ) from None
+    config: dict[str, float | str] = {k: float(v) for k, v in msg.loss_fn_config.items()}
+    for k, v in msg.loss_fn_config_v2.items():  # v2 wins: it also carries strings
+        config[k] = v.text if v.WhichOneof("value") == "text" else float(v.number)
+    data = []
+    for i, d in enumerate(msg.data):
+        tokens = _chunks_to_tokens(d.model_input)
+        if tokens.size == 0:
+            raise TinkerRequestError(f"datum {i} has an empty model_input")
+        inputs = {}
+        for name, t in d.loss_fn_inputs.items():
+            arr = _tensor(t, name)
+            if arr.ndim not in (1, 2) or arr.shape[0] != tokens.size:
+                raise TinkerRequestError(
+                    f"datum {i}: loss_fn_inputs[{name!r}] has shape {list(arr.shape)}; inputs are per "
+                    f"position, of shape [{tokens.size}] (or [{tokens.size}, K] for K cross_entropy targets): "
+                    "target_tokens[i] is the token after model_input[i]"
+                )
+            inputs[name] = arr
+        data.append(WireDatum(tokens=tokens, inputs=inputs))
+    return FwdBwdRequest(
+        model_id=msg.model_id,
+        seq_id=int(msg.seq_id),
+        loss_fn=msg.loss_fn,
+        loss_fn_config=config,
+        forward_only=bool(msg.forward_only),
+        data=data,
+    )
+
+
+def _batched(arrays: Sequence[np.ndarray], dtype: Any) -> Any:
+    pb = _pb()
+    proto_dtype = {np.float32: pb.DTYPE_FLOAT32, np.int64: pb.DTYPE_INT64}[dtype]
+    flat = [np.ascontiguousarray(a, dtype=dtype).reshape(-1) for a in arrays]
+    offsets = np.zeros(len(flat) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([a.nbytes for a in flat])
+    bt = pb.BatchedTensor()
+    bt.data = b"".join(a.tobytes() for a in flat)
+    bt.offsets = offsets.tobytes()
+    bt.dtype = proto_dtype
+    return bt
+
+
+def encode_forward_backward_output(
+    outputs: Sequence[Mapping[str, np.ndarray]], metrics: Mapping[str, float]
+) -> bytes:
+    """A ``ForwardBackwardOutput``: one float32 field per name for every datum (``[N]`` or
+    ``[N, K]``), plus ``metrics`` (keys must look like ``name:reduction``; the client merges chunk
+    results by them)."""
+    pb = _pb()
+    for key in metrics:
+        if key.count(":") != 1:
+            raise ValueError(f"metric key {key!r} must have the form name:reduction (e.g. loss:sum)")
+    msg = pb.ForwardBackwardOutput()
+    msg.loss_fn_output_type = "ArrayRecord"
+    for k, v in metrics.items():
+        msg.metrics[k] = float(v)
+    start = 0
+    while start < len(outputs):  # one record per run of datums whose fields share trailing shapes
+        layout = {name: a.shape[1:] for name, a in outputs[start].items()}
+        end = start + 1
+        while end < len(outputs) and {n: a.shape[1:] for n, a in outputs[end].items()} == layout:
+            end += 1
+        record = msg.loss_fn_outputs.add()
+        record.type_tag = "ArrayRecord"
+        record.num_datums = end - start
+        for name, trailing in layout.items():
+            bt = _batched([o[name] for o in outputs[start:end]], np.float32)
+            bt.trailing_shape.extend(int(d) for d in trailing)
+            record.fields[name].CopyFrom(bt)
+        start = end
+    return msg.SerializeToString()
+
+
+@dataclass(frozen=True)
+class EncodedSequence:
+    """One sampled sequence for :func:`encode_sample_response`."""
+
+    tokens: Sequence[int]
+    logprobs: Sequence[float] | None
+    stopped: bool
+    """True when a stop condition ended it, False when ``max_tokens`` did."""
+
+
+def encode_sample_response(
+    sequences: Sequence[EncodedSequence],
+    prompt_logprobs: Sequence[float] | None,
+    topk_prompt: tuple[np.ndarray, np.ndarray] | None = None,
+) -> bytes:
+    """A ``SampleResponse``; ``prompt_logprobs`` uses NaN where a position has none;
+    ``topk_prompt`` is ``(token_ids [P, k] int32, logprobs [P, k] float32)``, with empty cells
+    (token 0, logprob -99999) where a position has none."""
+    pb = _pb()
+    msg = pb.SampleResponse()
+    for s in sequences:
+        seq = msg.sequences.add()
+        seq.stop_reason = pb.STOP_REASON_STOP if s.stopped else pb.STOP_REASON_LENGTH
+        seq.tokens = np.asarray(list(s.tokens), dtype=np.int32).tobytes()
+        if s.logprobs is not None:
+            seq.logprobs = np.asarray(list(s.logprobs), dtype=np.float32).tobytes()
+    if prompt_logprobs is not None:
+        msg.prompt_logprobs = np.asarray(list(prompt_logprobs), dtype=np.float32).tobytes()
+    if topk_prompt is not None:
+        ids, lps = topk_prompt
+        msg.topk_prompt_logprobs.token_ids = np.ascontiguousarray(ids, dtype=np.int32).tobytes()
+        msg.topk_prompt_logprobs.logprobs = np.ascontiguousarray(lps, dtype=np.float32).tobytes()
+        msg.topk_prompt_logprobs.length, msg.topk_prompt_logprobs.k = ids.shape
+    return msg.SerializeToString()
+
+
+def model_input_tokens(model_input: Mapping[str, Any]) -> list[int]:
+    """The token ids of a JSON ``ModelInput`` (``{"chunks": [{"type": "encoded_text", "tokens": [...]}]}``)."""
+    if not isinstance(model_input, Mapping) or not isinstance(model_input.get("chunks"), list):
+        raise TinkerRequestError('prompt must be a ModelInput: {"chunks": [...]}')
+    tokens: list[int] = []
+    for chunk in model_input["chunks"]:
+        kind = chunk.get("type", "encoded_text") if isinstance(chunk, Mapping) else None
+        if kind != "encoded_text" or not isinstance(chunk.get("tokens"), list):
+            raise TinkerRequestError(
+                f"prompt chunk of type {kind!r} is not supported: this server samples text models "
+                "(encoded_text chunks only)"
+            )
+        tokens.extend(int(t) for t in chunk["tokens"])
+    return tokens

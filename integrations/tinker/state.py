@@ -1,0 +1,422 @@
+"""What the server remembers: sessions, training models, sampling sessions and snapshots, and
+the jobs that change them.
+
+The records live on the event loop's thread (routes read and add them); the model work runs on
+the scheduler's single worker thread (see :mod:`integrations.tinker._futures`). A job captures the
+records it needs when it is submitted, so a session closed meanwhile only frees memory after its
+queued jobs have run.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from integrations.tinker import _checkpoints, _ops
+from integrations.tinker._futures import Futures, Outcome, Scheduler
+from integrations.tinker._models import (
+    BaseModels,
+    SamplerModels,
+    Snapshot,
+    TrainingModel,
+    build_training_model,
+)
+from integrations.tinker._wire import FwdBwdRequest
+from integrations.tinker.types import (
+    CheckpointKind,
+    LoraSpec,
+    TinkerPath,
+    TinkerRequestError,
+    TinkerServerConfig,
+    check_name,
+)
+
+__all__ = ["Session", "ModelRecord", "SamplingSession", "ServerState"]
+
+
+@dataclass
+class Session:
+    """One client (``ServiceClient``)."""
+
+    session_id: str
+    sdk_version: str
+    tags: list[str]
+    last_seen: float = field(default_factory=time.monotonic)
+    finished: bool = False
+    model_ids: list[str] = field(default_factory=list)
+    sampler_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ModelRecord:
+    """A training model as the routes see it; ``trained`` is set once its creation job ran."""
+
+    model_id: str
+    session_id: str
+    base_model: str
+    lora: LoraSpec | None
+    trained: TrainingModel | None = None
+
+
+@dataclass
+class SamplingSession:
+    """Where a sampling session samples from."""
+
+    sampling_session_id: str
+    session_id: str
+    snapshot: Snapshot
+
+
+class ServerState:
+    """Sessions, models and samplers, and the jobs that act on them."""
+
+    def __init__(self, config: TinkerServerConfig) -> None:
+        self.config = config
+        self.base_models = BaseModels(config)
+        self.samplers = SamplerModels(self.base_models, config)
+        self.futures = Futures(config.result_ttl_s)
+        self.scheduler = Scheduler(self.futures, config.seq_gap_timeout_s)
+        self.sessions: dict[str, Session] = {}
+        self.models: dict[str, ModelRecord] = {}
+        self.sampling_sessions: dict[str, SamplingSession] = {}
+        self.requests: deque[tuple[str, str, int]] = deque(maxlen=2000)
+        """The latest requests as ``(method, route, status)``, for debugging and the conformance test."""
+
+    # ------------------------------------------------------------------ sessions
+    def create_session(self, sdk_version: str, tags: list[str]) -> Session:
+        """A new session (idle sessions are closed first)."""
+        self.close_idle_sessions()
+        session = Session(f"s{uuid.uuid4().hex[:16]}", sdk_version, list(tags))
+        self.sessions[session.session_id] = session
+        return session
+
+    def session(self, session_id: str) -> Session:
+        """The open session ``session_id`` (its idle clock restarts)."""
+        session = self.sessions.get(session_id)
+        if session is None or session.finished:
+            raise TinkerRequestError(
+                f"unknown or finished session {session_id!r}: create a new ServiceClient", status=404
+            )
+        session.last_seen = time.monotonic()
+        return session
+
+    def finish_session(self, session_id: str) -> None:
+        """Close a session and free its models and samplers (after their queued jobs). Idempotent."""
+        session = self.sessions.get(session_id)
+        if session is None or session.finished:
+            return
+        session.finished = True
+        for model_id in session.model_ids:
+            self.models.pop(model_id, None)
+            self.scheduler.close_model(model_id)
+        for sid in session.sampler_ids:
+            self.sampling_sessions.pop(sid, None)
+        prefixes = tuple(f"mem:{m}/" for m in session.model_ids)
+        # the sampling models are only touched on the worker: free them there, after queued jobs
+        self.scheduler.run_detached(lambda: self.samplers.drop(lambda key: key.startswith(prefixes)))
+
+    def close_idle_sessions(self) -> None:
+        """Finish sessions with no heartbeat or request for ``session_idle_timeout_s``."""
+        now = time.monotonic()
+        for sid, s in list(self.sessions.items()):
+            if not s.finished and now - s.last_seen > self.config.session_idle_timeout_s:
+                self.finish_session(sid)
+        for sid in [k for k, s in self.sessions.items() if s.finished and now - s.last_seen > 3600]:
+            del self.sessions[sid]
+
+    # ------------------------------------------------------------------ models
+    def model(self, model_id: str) -> ModelRecord:
+        """The training model ``model_id``."""
+        record = self.models.get(model_id)
+        if record is None:
+            raise TinkerRequestError(f"unknown model_id {model_id!r} (was its session closed?)", status=404)
+        self.session(record.session_id)
+        return record
+
+    def _new_model(
+        self, session_id: str, model_seq_id: int, base_model: str | None, lora: LoraSpec | None
+    ) -> ModelRecord:
+        session = self.session(session_id)
+        if not isinstance(model_seq_id, int) or model_seq_id < 0:
+            raise TinkerRequestError(f"model_seq_id must be an integer >= 0, got {model_seq_id!r}")
+        model_id = f"{session_id}:train:{model_seq_id}"  # the id the client derives itself
+        if model_id in self.models:
+            raise TinkerRequestError(f"model {model_id} already exists (model_seq_id {model_seq_id} reused)")
+        record = ModelRecord(model_id, session_id, base_model or "", lora)
+        self.models[model_id] = record
+        session.model_ids.append(model_id)
+        self.scheduler.open_model(model_id)
+        return record
+
+    def submit_create_model(self, body: dict[str, Any]) -> str:
+        """``create_model``: a new training model (LoRA when ``lora_config`` is given, else full)."""
+        lora_cfg = body.get("lora_config")
+        lora = None
+        if lora_cfg is not None:
+            lora = LoraSpec(
+                rank=int(lora_cfg.get("rank", 32)),
+                alpha=self.config.lora_alpha,
+                train_attn=bool(lora_cfg.get("train_attn", True)),
+                train_mlp=bool(lora_cfg.get("train_mlp", True)),
+                train_unembed=bool(lora_cfg.get("train_unembed", True)),
+                seed=lora_cfg.get("seed"),
+            )
+        _check_optimizer(body.get("optimizer_config"))
+        base_model = body.get("base_model")
+        if not base_model:
+            raise TinkerRequestError("create_model needs base_model")
+        record = self._new_model(str(body.get("session_id", "")), body.get("model_seq_id"), base_model, lora)
+        rid = self.futures.new("create_model")
+
+        def job() -> Outcome:
+            base = self.base_models.get(record.base_model)
+            record.trained = build_training_model(record.model_id, base, record.lora, self.config)
+            return {"model_id": record.model_id, "type": "create_model"}
+
+        self.scheduler.run(rid, self._guard(record, job))
+        return rid
+
+    def _guard(self, record: ModelRecord, job: Any) -> Any:
+        """``job`` that first drops the record when it fails to create its model."""
+
+        def wrapped() -> Outcome:
+            try:
+                return job()
+            except BaseException:
+                if record.trained is None:
+                    self.models.pop(record.model_id, None)
+                raise
+
+        return wrapped
+
+    def info(self, model_id: str) -> dict[str, Any]:
+        """``get_info``: what the client needs to know about a training model."""
+        record = self.model(model_id)
+        tm = record.trained
+        if tm is None:
+            raise TinkerRequestError(
+                f"model {model_id} is still being created; wait for create_model", status=409
+            )
+        return {
+            "type": "get_info",
+            "model_id": model_id,
+            "model_data": {
+                "arch": tm.base.arch,
+                "model_name": tm.base.name,
+                "tokenizer_id": tm.base.tokenizer_dir,
+            },
+            "is_lora": tm.lora is not None,
+            "lora_rank": tm.lora.rank if tm.lora else None,
+            "model_name": tm.base.name,
+            "optimizer_config": {"type": "adamw"},
+        }
+
+    def _ordered(self, kind: str, model_id: str, seq_id: int | None, work: Any) -> str:
+        """Submit ``work(training_model)`` in ``model_id``'s ``seq_id`` order."""
+        again = self.scheduler.request_for(model_id, seq_id)
+        if again is not None:
+            return again
+        rid = self.futures.new(kind)
+        try:
+            record = self.model(model_id)
+        except TinkerRequestError as exc:
+            self.futures.finish(rid, error=exc)
+            return rid
+
+        def job() -> Outcome:
+            if record.trained is None:
+                raise TinkerRequestError(f"model {model_id} failed to be created; create a new one")
+            return work(record.trained)
+
+        self.scheduler.submit(model_id, seq_id, rid, job)
+        return rid
+
+    def submit_forward_backward(self, req: FwdBwdRequest) -> str:
+        """``forward_backward`` (or a forward pass when ``forward_only``)."""
+        micro = self.config.micro_batch_size
+        return self._ordered(
+            "forward" if req.forward_only else "forward_backward",
+            req.model_id,
+            req.seq_id,
+            lambda tm: _ops.forward_backward(tm, req, micro),
+        )
+
+    def submit_optim_step(self, body: dict[str, Any]) -> str:
+        """``optim_step`` with Adam parameters."""
+        try:
+            adam = _ops.adam_settings(body)
+        except TinkerRequestError as exc:
+            return self.futures.failed("optim_step", exc)
+        return self._ordered(
+            "optim_step", body.get("model_id", ""), body.get("seq_id"), lambda tm: _ops.optim_step(tm, adam)
+        )
+
+    def submit_save_state(self, body: dict[str, Any]) -> str:
+        """``save_weights`` (the client's ``save_state``): weights and optimizer state."""
+        root, overwrite = self.config.checkpoint_dir, bool(body.get("overwrite", False))
+        name = body.get("path") or f"step-{uuid.uuid4().hex[:8]}"
+
+        def work(tm: TrainingModel) -> Outcome:
+            path = _checkpoints.save(root, tm, CheckpointKind.STATE, check_name(name), overwrite)
+            return {"path": str(path), "type": "save_weights"}
+
+        return self._ordered("save_weights", body.get("model_id", ""), body.get("seq_id"), work)
+
+    def submit_save_for_sampler(self, body: dict[str, Any]) -> str:
+        """``save_weights_for_sampler``: named (a ``tinker://`` path on disk) or unnamed (a snapshot in
+        memory and a sampling session on it, for ``save_weights_and_get_sampling_client``)."""
+        name = body.get("path")
+        model_id = body.get("model_id", "")
+        if name is not None:
+            root = self.config.checkpoint_dir
+            overwrite = True  # the client has no overwrite flag here; a name is saved again on reuse
+
+            def named(tm: TrainingModel) -> Outcome:
+                path = _checkpoints.save(root, tm, CheckpointKind.SAMPLER, check_name(name), overwrite)
+                return {"path": str(path), "type": "save_weights_for_sampler"}
+
+            return self._ordered("save_weights_for_sampler", model_id, body.get("seq_id"), named)
+        sampling_id = f"{model_id}:sample:{uuid.uuid4().hex[:12]}"
+
+        def unnamed(tm: TrainingModel) -> Outcome:
+            key = f"mem:{tm.model_id}/{tm.steps}/{uuid.uuid4().hex[:8]}"
+            snap = Snapshot(key, tm.base.name, tm.lora, tm.trainable_state())
+            tm.snapshots[key] = snap
+            while len(tm.snapshots) > self.config.max_snapshots_per_model:
+                old_key, _ = tm.snapshots.popitem(last=False)
+                self.samplers.drop(lambda k, old=old_key: k == old)
+            record = self.models.get(model_id)
+            session_id = record.session_id if record else ""
+            # single dict assignments from the worker; the client samples only after this returns
+            self.sampling_sessions[sampling_id] = SamplingSession(sampling_id, session_id, snap)
+            if session_id in self.sessions:
+                self.sessions[session_id].sampler_ids.append(sampling_id)
+            return {"sampling_session_id": sampling_id, "type": "save_weights_for_sampler"}
+
+        return self._ordered("save_weights_for_sampler", model_id, body.get("seq_id"), unnamed)
+
+    def submit_load_weights(self, body: dict[str, Any]) -> str:
+        """``load_weights``: create a model from a checkpoint (``session_id`` + ``model_seq_id``),
+        or load one into an existing model (legacy ``load_state``: ``model_id`` + ``seq_id``)."""
+        root = self.config.checkpoint_dir
+        with_optimizer = bool(body.get("optimizer", False))
+        try:
+            path = TinkerPath.parse(body.get("path", ""))
+        except TinkerRequestError as exc:
+            return self.futures.failed("load_weights", exc)
+        if body.get("session_id") is not None:
+            rid = self.futures.new("load_weights")
+            try:
+                _check_optimizer(body.get("optimizer_config"))
+                record = self._new_model(
+                    str(body["session_id"]), body.get("model_seq_id"), body.get("base_model"), None
+                )
+            except TinkerRequestError as exc:
+                self.futures.finish(rid, error=exc)
+                return rid
+
+            def create() -> Outcome:
+                ckpt = _checkpoints.load(root, path, with_optimizer)
+                base = self.base_models.get(record.base_model or ckpt.base_model)
+                record.base_model, record.lora = base.name, ckpt.lora
+                tm = build_training_model(record.model_id, base, ckpt.lora, self.config)
+                tm.load_trainable(ckpt.weights, str(path))
+                if ckpt.optimizer is not None:
+                    tm.optimizer.load_state_dict(ckpt.optimizer)
+                    tm.steps = ckpt.steps
+                record.trained = tm
+                return {"path": str(path), "model_id": record.model_id, "type": "load_weights"}
+
+            self.scheduler.run(rid, self._guard(record, create))
+            return rid
+
+        def into(tm: TrainingModel) -> Outcome:
+            ckpt = _checkpoints.load(root, path, with_optimizer)
+            if (ckpt.lora is None) != (tm.lora is None) or (ckpt.lora and not ckpt.lora.same_layout(tm.lora)):
+                raise TinkerRequestError(
+                    f"{path} was saved with LoRA config {ckpt.lora} but this model has {tm.lora}"
+                )
+            tm.load_trainable(ckpt.weights, str(path))
+            if ckpt.optimizer is not None:
+                tm.optimizer.load_state_dict(ckpt.optimizer)
+                tm.steps = ckpt.steps
+            return {"path": str(path), "model_id": tm.model_id, "type": "load_weights"}
+
+        return self._ordered("load_weights", body.get("model_id", ""), body.get("seq_id"), into)
+
+    # ------------------------------------------------------------------ sampling
+    def create_sampling_session(self, body: dict[str, Any]) -> str:
+        """``create_sampling_session`` on a base model or a ``tinker://`` checkpoint."""
+        session = self.session(body.get("session_id", ""))
+        model_path = body.get("model_path")
+        if model_path:
+            snap = self._path_snapshot(model_path)
+        elif body.get("base_model"):
+            snap = Snapshot(f"base:{body['base_model']}", body["base_model"], None, None)
+        else:
+            raise TinkerRequestError("create_sampling_session needs base_model or model_path")
+        sid = f"{session.session_id}:sample:{uuid.uuid4().hex[:12]}"
+        self.sampling_sessions[sid] = SamplingSession(sid, session.session_id, snap)
+        session.sampler_ids.append(sid)
+        return sid
+
+    def _path_snapshot(self, model_path: str) -> Snapshot:
+        """The weights saved at a ``tinker://`` path (either kind), read from disk."""
+        path = TinkerPath.parse(model_path)
+        ckpt = _checkpoints.load(self.config.checkpoint_dir, path, with_optimizer=False)
+        key = f"path:{path}@{ckpt.version}"  # a name saved again is another snapshot
+        return Snapshot(key, ckpt.base_model, ckpt.lora, ckpt.weights, str(path))
+
+    def sampling_session(self, sid: str) -> SamplingSession:
+        """The sampling session ``sid``."""
+        found = self.sampling_sessions.get(sid)
+        if found is None:
+            raise TinkerRequestError(
+                f"unknown sampling_session_id {sid!r} (was its session closed?)", status=404
+            )
+        return found
+
+    def submit_sample(self, body: dict[str, Any], prompt: list[int]) -> tuple[str, list[str]]:
+        """``asample``: the request id and one sequence id per sample."""
+        _ops.check_sample_request(body)
+        if body.get("sampling_session_id"):
+            snap = self.sampling_session(body["sampling_session_id"]).snapshot
+        elif body.get("model_path"):
+            snap = self._path_snapshot(body["model_path"])
+        elif body.get("base_model"):
+            snap = Snapshot(f"base:{body['base_model']}", body["base_model"], None, None)
+        else:
+            raise TinkerRequestError("asample needs sampling_session_id, model_path or base_model")
+        if snap.key.startswith("mem:") and not self._snapshot_alive(snap):
+            raise TinkerRequestError(
+                "this sampling client's weights were dropped (more than max_snapshots_per_model newer "
+                "snapshots, or its model was closed); call save_weights_and_get_sampling_client again"
+            )
+        rid = self.futures.new("sample")
+        ids = [f"{rid}:{i}" for i in range(int(body.get("num_samples", 1)))]
+        default_max = self.config.default_max_tokens
+
+        def job() -> Outcome:
+            return _ops.sample(self.samplers.policy(snap), prompt, body, default_max)
+
+        self.scheduler.run(rid, job)
+        return rid, ids
+
+    def _snapshot_alive(self, snap: Snapshot) -> bool:
+        model_id = snap.key[len("mem:") :].split("/", 1)[0]
+        record = self.models.get(model_id)
+        return record is not None and record.trained is not None and snap.key in record.trained.snapshots
+
+    def close(self) -> None:
+        """Stop the worker and free the sampling models. Idempotent."""
+        self.scheduler.shutdown()
+        self.samplers.close()
+
+
+def _check_optimizer(cfg: Any) -> None:
+    kind = (cfg or {}).get("type", "adamw") if isinstance(cfg, dict) else "adamw"
+    if kind != "adamw":
+        raise TinkerRequestError(f"optimizer {kind!r} is not supported by this server; use the default AdamW")

@@ -1,0 +1,181 @@
+"""Load SWE task instances from JSONL, Parquet, JSON or a ``datasets.Dataset``.
+
+Published SWE-bench and SWE-Gym rows load as they are: ``FAIL_TO_PASS`` and ``PASS_TO_PASS``
+may be JSON-encoded strings (as published) or real lists. A relative ``repo_path`` is taken
+relative to the task file. A bad row raises :class:`~skyrl_gym.errors.ConfigError` naming the
+file, the row and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from skyrl_gym.envs.swe.types import DEFAULT_BASE_IMAGE, SWEInstance
+from skyrl_gym.errors import ConfigError
+
+__all__ = ["instance_from_row", "load_instances", "bundled_instances", "BUNDLED_TASKS", "BUNDLED_DIR"]
+
+BUNDLED_DIR = Path(__file__).parent / "data"
+#: The bundled task file (8 bug-fix tasks in the ``pocketlib`` library).
+BUNDLED_TASKS = BUNDLED_DIR / "tasks.jsonl"
+
+_REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
+_KNOWN = set(_REQUIRED) | {
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+    "version",
+    "environment_setup_commit",
+    "hints_text",
+    "repo_path",
+    "image",
+    "environment_setup",
+    "install",
+    "test_cmd",
+    "log_parser",
+}
+
+
+def _test_list(value: Any, field: str, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else []
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: {field} is a string but not a JSON list ({exc})") from None
+    if hasattr(value, "tolist"):  # a numpy array from Parquet
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
+        raise ConfigError(f"{where}: {field} must be a list of test ids (or its JSON string)")
+    return tuple(value)
+
+
+def _commands(value: Any, field: str, where: str) -> tuple[str, ...]:
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(c, str) for c in value):
+        raise ConfigError(f"{where}: {field} must be a shell command or a list of them")
+    return tuple(value)
+
+
+def instance_from_row(
+    row: Mapping[str, Any], *, base_dir: str | os.PathLike[str] | None = None, where: str = "row"
+) -> SWEInstance:
+    """One :class:`SWEInstance` from a row; ``base_dir`` anchors a relative ``repo_path``."""
+    if not isinstance(row, Mapping):
+        raise ConfigError(f"{where}: expected an object with SWE-bench fields, got {type(row).__name__}")
+    missing = [
+        k for k in _REQUIRED if not isinstance(row.get(k), str) or (k != "test_patch" and not row.get(k))
+    ]
+    if missing:
+        raise ConfigError(
+            f"{where}: missing or empty field(s) {missing}; an instance needs {list(_REQUIRED)} "
+            "as strings (plus FAIL_TO_PASS and PASS_TO_PASS)"
+        )
+    label = f"{where} ({row['instance_id']})"
+    if "/" not in row["repo"]:
+        raise ConfigError(f"{label}: repo must be 'owner/name', got {row['repo']!r}")
+    f2p = _test_list(row.get("FAIL_TO_PASS"), "FAIL_TO_PASS", label)
+    p2p = _test_list(row.get("PASS_TO_PASS"), "PASS_TO_PASS", label)
+    if not f2p:
+        raise ConfigError(
+            f"{label}: FAIL_TO_PASS is empty; a task needs at least one test that the fix makes pass"
+        )
+    if not row["test_patch"].strip():
+        raise ConfigError(f"{label}: test_patch is empty; the hidden tests come from it")
+    repo_path = row.get("repo_path") or None
+    if repo_path is not None:
+        path = Path(str(repo_path))
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        repo_path = str(path)
+    extra = {k: v for k, v in row.items() if k not in _KNOWN}
+    return SWEInstance(
+        instance_id=str(row["instance_id"]),
+        repo=row["repo"],
+        base_commit=row["base_commit"],
+        problem_statement=row["problem_statement"],
+        patch=row["patch"],
+        test_patch=row["test_patch"],
+        FAIL_TO_PASS=f2p,
+        PASS_TO_PASS=p2p,
+        version=str(row.get("version") or ""),
+        environment_setup_commit=str(row.get("environment_setup_commit") or ""),
+        hints_text=str(row.get("hints_text") or ""),
+        repo_path=repo_path,
+        image=str(row.get("image") or DEFAULT_BASE_IMAGE),
+        environment_setup=_commands(row.get("environment_setup"), "environment_setup", label),
+        install=_commands(row.get("install"), "install", label),
+        test_cmd=str(row.get("test_cmd") or ""),
+        log_parser=str(row.get("log_parser") or "pytest"),
+        extra=extra,
+    )
+
+
+def _rows_of(source: Any) -> tuple[Iterable[Mapping[str, Any]], Path | None, str]:
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.exists():
+            raise ConfigError(f"task file {str(path)!r} does not exist")
+        suffix = path.suffix.lower()
+        if suffix == ".jsonl":
+            rows = []
+            with open(path) as f:
+                for n, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise ConfigError(f"{path}:{n}: not valid JSON ({exc})") from None
+            return rows, path.parent, str(path)
+        if suffix == ".json":
+            data = json.loads(path.read_text())
+            if not isinstance(data, list):
+                raise ConfigError(f"{path}: expected a JSON list of instances")
+            return data, path.parent, str(path)
+        if suffix == ".parquet":
+            try:
+                import pyarrow.parquet as pq
+            except ImportError as exc:
+                from skyrl_gym.errors import MissingDependencyError
+
+                raise MissingDependencyError("pyarrow", "training", "reading Parquet task files") from exc
+            return pq.read_table(path).to_pylist(), path.parent, str(path)
+        raise ConfigError(f"task file {str(path)!r}: use .jsonl, .json or .parquet")
+    if hasattr(source, "column_names") and hasattr(source, "__iter__"):  # a datasets.Dataset
+        return list(source), None, "dataset"
+    if isinstance(source, (list, tuple)):
+        return source, None, "rows"
+    raise ConfigError(f"cannot load instances from {type(source).__name__}; pass a path, rows or a Dataset")
+
+
+def load_instances(
+    source: str | os.PathLike[str] | Iterable[Mapping[str, Any]] | Any,
+    *,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> list[SWEInstance]:
+    """Instances from a ``.jsonl``/``.json``/``.parquet`` file, a list of rows or a
+    ``datasets.Dataset``. Instance ids must be unique."""
+    rows, file_dir, name = _rows_of(source)
+    anchor = base_dir if base_dir is not None else file_dir
+    out = [instance_from_row(row, base_dir=anchor, where=f"{name} row {n}") for n, row in enumerate(rows, 1)]
+    seen: set[str] = set()
+    for inst in out:
+        if inst.instance_id in seen:
+            raise ConfigError(f"{name}: instance_id {inst.instance_id!r} appears twice")
+        seen.add(inst.instance_id)
+    return out
+
+
+def bundled_instances() -> list[SWEInstance]:
+    """The bundled pocketlib tasks (their repository is the bundled git bundle)."""
+    return load_instances(BUNDLED_TASKS)

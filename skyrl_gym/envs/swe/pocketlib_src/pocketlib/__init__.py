@@ -1,0 +1,3 @@
+"""pocketlib: small pure-Python helpers."""
+
+__version__ = "0.1.0"

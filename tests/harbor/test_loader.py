@@ -1,0 +1,229 @@
+"""Loading and validating Harbor task folders (no Docker needed)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from harbor_adapter import (
+    HarborTaskError,
+    NetworkMode,
+    TaskConfigError,
+    TaskFileMissingError,
+    UnsupportedTaskError,
+    bundled_tasks_dir,
+    load_task,
+    load_tasks,
+    parse_task_config,
+)
+from skyrl_gym.errors import ConfigError, SkyRLError
+
+
+def test_bundled_tasks_load_and_cover_the_kinds():
+    tasks = load_tasks(bundled_tasks_dir())
+    names = {t.name for t in tasks}
+    assert len(tasks) >= 6
+    assert {"fix-median", "git-hotfix", "sales-by-region", "log-levels", "archive-audit"} <= names
+    categories = {t.config.metadata["category"] for t in tasks}
+    assert {"files", "text-processing", "debugging", "data-wrangling", "git", "multi-step"} <= categories
+    for task in tasks:
+        assert task.dockerfile is not None and (task.solution_dir / "solve.sh").is_file()
+        assert task.config.environment.network_mode is NetworkMode.NO_NETWORK
+        assert task.config.agent.timeout_sec and task.config.verifier.timeout_sec <= 60
+        first = task.dockerfile.read_text().splitlines()[0]
+        assert first.startswith("FROM skyrl-sandbox/"), f"{task.name}: images build offline from local bases"
+
+
+def test_task_fields(make_task):
+    root = make_task(
+        toml="""\
+        schema_version = "1.1"
+        [metadata]
+        difficulty = "hard"
+        [task]
+        name = "org/custom"
+        [agent]
+        timeout_sec = 12
+        [verifier]
+        timeout_sec = 7.5
+        env = { MODE = "strict", N = 3 }
+        [environment]
+        docker_image = "skyrl-sandbox/minimal:latest"
+        cpus = 0.5
+        memory_mb = 300
+        storage_mb = 100
+        workdir = "/srv"
+        env = { A = "b" }
+        healthcheck = { command = "true" }
+        """,
+        instruction="<!-- canary GUID 1234 -->\n\nDo it.\n",
+    )
+    task = load_task(root)
+    c = task.config
+    assert task.name == "org/custom" and task.instruction == "Do it."
+    assert c.agent.budget_s == 12 and c.verifier.timeout_sec == 7.5
+    assert dict(c.verifier.env) == {"MODE": "strict", "N": "3"}
+    e = c.environment
+    assert (e.cpus, e.memory_mb, e.storage_mb, e.workdir, dict(e.env)) == (0.5, 300, 100, "/srv", {"A": "b"})
+    assert e.network_mode is NetworkMode.NO_NETWORK and not e.network  # unset: no network
+    assert "environment.healthcheck" in c.ignored
+    assert c.metadata == {"difficulty": "hard"} and c.schema_version == "1.1"
+
+
+@pytest.mark.parametrize(
+    ("env_table", "mode"),
+    [
+        ("", NetworkMode.NO_NETWORK),
+        ("allow_internet = true", NetworkMode.PUBLIC),
+        ("allow_internet = false", NetworkMode.NO_NETWORK),
+        ('network_mode = "public"', NetworkMode.PUBLIC),
+        ('network_mode = "no-network"\nallow_internet = true', NetworkMode.NO_NETWORK),
+        ('network_mode = "allowlist"\nallowed_hosts = ["pypi.org"]', NetworkMode.ALLOWLIST),
+    ],
+)
+def test_network_modes_current_and_older_spelling(env_table, mode):
+    cfg = parse_task_config(__import__("tomllib").loads(f"[environment]\n{env_table}\n"))
+    assert cfg.environment.network_mode is mode
+    assert cfg.environment.network == (mode is NetworkMode.PUBLIC)
+
+
+def test_legacy_size_keys():
+    cfg = parse_task_config({"environment": {"memory": "1G", "storage": "512M"}})
+    assert (cfg.environment.memory_mb, cfg.environment.storage_mb) == (1024, 512)
+    with pytest.raises(TaskConfigError, match="conflicts"):
+        parse_task_config({"environment": {"memory": "1G", "memory_mb": 2048}})
+    with pytest.raises(TaskConfigError, match="size like"):
+        parse_task_config({"environment": {"memory": "lots"}})
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"agent": {"timeout_secs": 5}},
+            "unknown key 'timeout_secs' in \\[agent\\].*Did you mean 'timeout_sec'",
+        ),
+        ({"enviroment": {}}, "unknown key 'enviroment' in the top level.*Did you mean 'environment'"),
+        ({"environment": {"memory_gb": 2}}, "Did you mean 'memory_mb'"),
+        ({"environment": {"network_mode": "offline"}}, "network_mode='offline'"),
+        ({"environment": {"network_mode": "no_network"}}, "Did you mean 'no-network'"),
+        ({"verifier": {"timeout_sec": "soon"}}, "must be a number"),
+        ({"verifier": {"timeout_sec": -1}}, "must be a positive number"),
+        ({"environment": {"memory_mb": 1.5}}, "must be an integer"),
+        ({"environment": {"allow_internet": "yes"}}, "true or false"),
+        ({"environment": {"allowed_hosts": ["x.org"]}}, "only valid with network_mode = 'allowlist'"),
+        ({"agent": 3}, "must be a table"),
+        ({"verifier": {"env": {"A": [1]}}}, "table of strings"),
+    ],
+)
+def test_bad_configs_say_how_to_fix(data, message):
+    with pytest.raises(TaskConfigError, match=message):
+        parse_task_config(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"environment": {"gpus": 1}}, "GPU"),
+        ({"environment": {"os": "windows"}}, "only 'linux'"),
+        ({"steps": [{"name": "a"}]}, "multi-step"),
+    ],
+)
+def test_unsupported(data, message):
+    with pytest.raises(UnsupportedTaskError, match=message):
+        parse_task_config(data)
+
+
+def test_missing_files(make_task, tmp_path):
+    root = make_task("m")
+    (root / "instruction.md").unlink()
+    with pytest.raises(TaskFileMissingError, match="instruction.md"):
+        load_task(root)
+    root = make_task("n")
+    (root / "tests" / "test.sh").unlink()
+    with pytest.raises(TaskFileMissingError, match="tests/test.sh"):
+        load_task(root)
+    root = make_task("o")
+    (root / "task.toml").unlink()
+    with pytest.raises(TaskFileMissingError, match="no task.toml"):
+        load_task(root)
+    root = make_task("p", toml="[agent]\ntimeout_sec = 5\n")
+    with pytest.raises(TaskFileMissingError, match="no environment/Dockerfile and no"):
+        load_task(root)
+    both = make_task(
+        "r",
+        dockerfile="FROM skyrl-sandbox/minimal\n",
+        files={"environment/docker-compose.yaml": "services: {}\n"},
+    )
+    assert "environment/docker-compose.yaml" in load_task(both).config.ignored  # the Dockerfile is used
+    root = make_task(
+        "q", toml="[agent]\ntimeout_sec = 5\n", files={"environment/docker-compose.yaml": "services: {}\n"}
+    )
+    with pytest.raises(UnsupportedTaskError, match="docker-compose"):
+        load_task(root)
+    with pytest.raises(TaskFileMissingError, match="not a directory"):
+        load_task(tmp_path / "nowhere")
+    with pytest.raises(TaskFileMissingError, match="no Harbor tasks"):
+        load_tasks(tmp_path / "q" / "tests")
+
+
+def test_bad_toml_and_empty_instruction(make_task):
+    root = make_task("b", toml="[agent\ntimeout_sec = 5\n")
+    with pytest.raises(TaskConfigError, match="not valid TOML"):
+        load_task(root)
+    root = make_task("e", instruction="<!-- harbor-canary abc -->\n\n")
+    with pytest.raises(HarborTaskError, match="empty"):
+        load_task(root)
+
+
+def test_duplicate_names(make_task, tmp_path):
+    toml = '[task]\nname = "same"\n[environment]\ndocker_image = "x"\n'
+    make_task("a", toml=toml)
+    make_task("b", toml=toml)
+    with pytest.raises(HarborTaskError, match="unique"):
+        load_tasks(tmp_path)
+
+
+def test_errors_are_ours_and_builtin_and_pickle():
+    for exc in (
+        TaskConfigError("x"),
+        TaskFileMissingError("y"),
+        UnsupportedTaskError("z"),
+    ):
+        assert isinstance(exc, SkyRLError) and isinstance(exc, ConfigError) and isinstance(exc, ValueError)
+        again = pickle.loads(pickle.dumps(exc))
+        assert type(again) is type(exc) and str(again) == str(exc)
+    assert isinstance(TaskFileMissingError("a"), FileNotFoundError)
+
+
+def test_env_config_errors(make_task):
+    from harbor_adapter.env import TerminalEnv
+
+    root = make_task()
+    with pytest.raises(ConfigError, match="Did you mean 'command_timeout_s'"):
+        TerminalEnv({"command_timeout": 5}, {"task_dir": str(root)})
+    with pytest.raises(ConfigError, match="task_dir"):
+        TerminalEnv({}, {})
+    with pytest.raises(ConfigError, match="Did you mean 't'"):
+        TerminalEnv({"tasks_dir": str(root.parent)}, {"task": "tt"})
+    env = TerminalEnv({"tasks_dir": str(root.parent), "max_turns": 3}, {"task": "t"})
+    assert env.task.path == root and env.max_turns == 3
+    assert {s["function"]["name"] for s in env.tool_specs()} == {"bash", "read_file", "write_file", "submit"}
+    env.close()
+
+
+def test_base_images_of_a_dockerfile():
+    from harbor_adapter.images import base_images
+
+    text = """
+    ARG V=1
+    FROM --platform=linux/amd64 skyrl-sandbox/python:latest AS build
+    RUN make
+    from build
+    FROM scratch
+    FROM debian:${V}
+    FROM skyrl-sandbox/minimal AS final
+    COPY --from=build /out /out
+    """
+    assert base_images(text) == ["skyrl-sandbox/python:latest", "skyrl-sandbox/minimal"]

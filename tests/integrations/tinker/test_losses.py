@@ -1,0 +1,105 @@
+"""Tinker's summed losses on tiny tensors, against values worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from integrations.tinker.losses import SUPPORTED_LOSSES, LossInputs, check_loss_request, tinker_loss
+from integrations.tinker.types import TinkerRequestError
+
+LN2 = math.log(2.0)
+
+
+def _rl_datum():
+    # target logprobs all -1; sampler logprobs chosen so that ratio = [1, 2, 0.5]
+    lp = torch.tensor([-1.0, -1.0, -1.0], requires_grad=True)
+    inputs = LossInputs(
+        target_tokens_N=torch.tensor([5, 6, 7]),
+        logprobs_N=torch.tensor([-1.0, -1.0 - LN2, -1.0 + LN2]),
+        advantages_N=torch.tensor([1.0, 1.0, 2.0]),
+    )
+    return lp, inputs
+
+
+def test_cross_entropy_is_a_weighted_sum():
+    lp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
+    inputs = LossInputs(target_tokens_N=torch.tensor([1, 2, 3]), weights_N=torch.tensor([1.0, 0.0, 2.0]))
+    out = tinker_loss("cross_entropy", [lp], [inputs])
+    assert out.loss.item() == pytest.approx(1.0 + 0.0 + 2 * 0.5)
+    out.loss.backward()
+    assert lp.grad.tolist() == pytest.approx([-1.0, 0.0, -2.0])
+    assert out.elementwise_N[0].tolist() == pytest.approx([1.0, 0.0, 1.0])
+
+
+def test_importance_sampling():
+    lp, inputs = _rl_datum()
+    out = tinker_loss("importance_sampling", [lp], [inputs])
+    assert out.loss.item() == pytest.approx(-(1 * 1 + 2 * 1 + 0.5 * 2))  # -sum(ratio * A)
+    out.loss.backward()
+    assert lp.grad.tolist() == pytest.approx([-1.0, -2.0, -1.0])  # d(-r A)/dlp = -r A
+
+
+def test_ppo_clips_the_ratio_with_thresholds():
+    lp, inputs = _rl_datum()
+    out = tinker_loss("ppo", [lp], [inputs], {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2})
+    # min(rA, clip(r)A): 1, min(2, 1.2) = 1.2, min(1.0, 1.6) = 1.0
+    assert out.loss.item() == pytest.approx(-3.2, abs=1e-6)
+    out.loss.backward()
+    assert lp.grad.tolist() == pytest.approx([-1.0, 0.0, -1.0])  # the clipped token has no gradient
+    assert out.elementwise_N[0].tolist() == pytest.approx([-1.0, -1.2, -1.0], abs=1e-6)
+
+
+def test_ppo_defaults_to_0_8_and_1_2():
+    lp, inputs = _rl_datum()
+    assert tinker_loss("ppo", [lp], [inputs]).loss.item() == pytest.approx(-3.2, abs=1e-6)
+
+
+def test_cispo_stops_the_gradient_through_the_clipped_weight():
+    lp, inputs = _rl_datum()
+    out = tinker_loss("cispo", [lp], [inputs], {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2})
+    # -sum(clip(r) * lp * A) with clip(r) = [1, 1.2, 0.8], lp = -1, A = [1, 1, 2]
+    assert out.loss.item() == pytest.approx(1.0 + 1.2 + 1.6, abs=1e-6)
+    out.loss.backward()
+    assert lp.grad.tolist() == pytest.approx([-1.0, -1.2, -1.6], abs=1e-6)
+
+
+@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo"])
+def test_datums_add_up_and_elementwise_sums_to_the_loss(loss_fn):
+    torch.manual_seed(0)
+    lps, inputs = [], []
+    for n in (3, 5):  # ragged datums
+        lps.append((torch.randn(n) - 2).requires_grad_())
+        inputs.append(
+            LossInputs(
+                target_tokens_N=torch.zeros(n, dtype=torch.long),
+                logprobs_N=torch.randn(n) - 2,
+                advantages_N=torch.randn(n),
+            )
+        )
+    both = tinker_loss(loss_fn, lps, inputs).loss.item()
+    alone = sum(tinker_loss(loss_fn, [lp], [x]).loss.item() for lp, x in zip(lps, inputs, strict=True))
+    assert both == pytest.approx(alone, rel=1e-6)  # a sum, not a mean over datums or tokens
+    out = tinker_loss(loss_fn, lps, inputs)
+    assert sum(e.sum().item() for e in out.elementwise_N) == pytest.approx(
+        out.loss.item(), rel=1e-5, abs=1e-5
+    )
+
+
+def test_unsupported_losses_and_config_keys_say_what_works():
+    assert set(SUPPORTED_LOSSES) == {"cross_entropy", "importance_sampling", "ppo", "cispo"}
+    with pytest.raises(
+        TinkerRequestError, match="DRO is not supported.*cross_entropy, importance_sampling, ppo, cispo"
+    ):
+        check_loss_request("dro", {})
+    with pytest.raises(TinkerRequestError, match="unknown loss_fn 'crossentropy'"):
+        check_loss_request("crossentropy", {})
+    with pytest.raises(TinkerRequestError, match="cross_entropy takes no loss_fn_config"):
+        check_loss_request("cross_entropy", {"clip_low_threshold": 0.8})
+    with pytest.raises(TinkerRequestError, match="takes only clip_low_threshold, clip_high_threshold"):
+        check_loss_request("ppo", {"beta": 0.1})
+    lp, inputs = _rl_datum()
+    with pytest.raises(TinkerRequestError, match="clip_low_threshold <= 1 <= clip_high_threshold"):
+        tinker_loss("ppo", [lp], [inputs], {"clip_low_threshold": 1.1, "clip_high_threshold": 1.2})

@@ -1,0 +1,27 @@
+"""The README's "Tinker-compatible API" example runs as written (with the tiny model for speed)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+@pytest.mark.slow
+def test_readme_tinker_example_runs(tmp_path, capsys):
+    pytest.importorskip("tinker")
+    section = README.read_text(encoding="utf-8").split("## Tinker-compatible API", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert '"smollm2-135m"' in code and '"runs/tinker"' in code
+    code = code.replace('"smollm2-135m"', '"tiny-random"').replace('"runs/tinker"', repr(str(tmp_path)))
+    scope = {"__name__": "readme_example"}
+    exec(compile(code, "README.md:tinker", "exec"), scope)
+    losses = [
+        float(line.split()[-1]) for line in capsys.readouterr().out.splitlines() if line.startswith("loss:")
+    ]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    assert scope["path"].startswith("tinker://") and scope["path"].endswith("/weights/step-3")
+    assert (tmp_path / scope["path"][len("tinker://") :] / "meta.json").exists()
