@@ -35,7 +35,8 @@ PACKAGES: dict[str, str] = {
     "skyrl_gym": "The environment SDK: the env contract, registry, tools, sandboxes and built-in envs (no torch).",
     "skyrl_agent": "The agent runtime: policies, chat rendering, the multi-turn loop, the rollout engine, the server.",
     "trainers": "The native GRPO/PPO trainer: advantages, losses, KL, the training step and loop.",
-    "integrations": "Bridges into other trainers (TRL).",
+    "integrations": "Bridges into the ecosystem: TRL, a Tinker-compatible API.",
+    "harbor_adapter": "Harbor task directories as envs.",
 }
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")

@@ -32,6 +32,9 @@ README_MARKS: dict[str, set[str]] = {
     "## Sandboxes": {"docker", "slow"},
     "## The agent runtime (`skyrl_agent`)": {"slow"},
     "## An OpenAI-compatible server that records trainable trajectories (`skyrl serve`)": {"slow"},
+    "## Tinker-compatible API": {"slow"},
+    "## SWE repair (`swe`)": {"docker", "slow"},
+    "## Harbor tasks": {"docker", "slow"},
 }
 
 #: README.md sections that do not run, with the reason (listed as skipped tests). Their imports
