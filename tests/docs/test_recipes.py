@@ -108,9 +108,12 @@ def test_prepare_run_binds_the_database_root_and_the_turn_budget(tmp_path):
     cfg = recipe.prepare_run(recipe.train_config(flags), str(tmp_path / "train.parquet"), str(root))
     written = [json.loads(line) for line in open(cfg.data)]
     assert len(written) == 4 and all(r["max_turns"] == 6 for r in written)
-    env = skyrl_gym.make(cfg.env, extras=written[0])  # finds the database under the bound root
-    assert env.max_turns == 6 and str(env.db_file).startswith(str(root))
-    env.close()
+    try:
+        env = skyrl_gym.make(cfg.env, extras=written[0])  # finds the database under the bound root
+        assert env.max_turns == 6 and str(env.db_file).startswith(str(root))
+        env.close()
+    finally:
+        skyrl_gym.deregister(cfg.env)  # leave the registry as other tests expect it
 
 
 def test_spider_style_split_is_scored_and_tabled(tmp_path):
