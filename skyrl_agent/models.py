@@ -154,10 +154,12 @@ def tiny_random_model(
 
 def cache_kwarg(model: Any) -> str:
     """The name under which ``model.forward`` takes a KV cache (transformers >= 5.2x renamed
-    ``past_key_values`` to ``cache``)."""
+    ``past_key_values`` to ``cache``). A peft wrapper passes keywords through to the model it
+    wraps, so that model's signature decides."""
     import inspect
 
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
 
 
 def output_cache(out: Any) -> Any:

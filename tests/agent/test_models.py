@@ -39,3 +39,13 @@ def test_tiny_random_model_is_seeded(tokenizer):
         torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
     )
     assert a.config.vocab_size == len(tokenizer) and sum(p.numel() for p in a.parameters()) < 10_000_000
+
+
+def test_cache_keyword_of_a_peft_model_is_its_base_models():
+    import peft
+
+    from skyrl_agent.models import cache_kwarg
+
+    model, _ = tiny_random_model()
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules="all-linear"))
+    assert cache_kwarg(wrapped) == cache_kwarg(wrapped.get_base_model())
