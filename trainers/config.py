@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from skyrl_gym.errors import ConfigError
 
-__all__ = ["TrainConfig"]
+__all__ = ["TrainConfig", "parse_env_config"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,9 @@ class TrainConfig:
     # ---------------------------------------------------------------- task and data
     env: str = "calculator"
     """Registered env id to train on."""
+    env_config: tuple[str, ...] = ()
+    """Settings for every env the run makes, as KEY=VALUE (VALUE read as JSON when it parses,
+    else as a string), e.g. ``--env-config max_turns=3 db_dir=/data/dbs``."""
     data: str | None = None
     """JSONL/Parquet file of training rows; default: the env's bundled generator."""
     eval_data: str | None = None
@@ -190,3 +194,21 @@ class TrainConfig:
             )
         if isinstance(self.stop, str):
             raise ConfigError("stop must be a tuple of strings")
+        parse_env_config(self.env_config)  # fail at once on a malformed item
+
+
+def parse_env_config(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``("max_turns=3", "db_dir=/d")`` -> ``{"max_turns": 3, "db_dir": "/d"}``: each VALUE is
+    read as JSON when it parses (numbers, booleans, lists), else kept as a string."""
+    if isinstance(items, str):
+        raise ConfigError("env_config must be a tuple of 'KEY=VALUE' strings, e.g. ('max_turns=3',)")
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"env_config item {item!r} is not KEY=VALUE (e.g. max_turns=3)")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw
+    return out

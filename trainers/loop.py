@@ -44,7 +44,7 @@ from trainers.advantages import compute_advantages
 from trainers.async_rollouts import AsyncRollouts, RolloutBatch
 from trainers.batch import collate
 from trainers.checkpoint import TrainState, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
-from trainers.config import TrainConfig
+from trainers.config import TrainConfig, parse_env_config
 from trainers.critic import ValueHead, score_values
 from trainers.data import PromptSampler, load_rows
 from trainers.distributed import (
@@ -152,7 +152,11 @@ def evaluate(
         progress=cfg.progress and dist.is_main,
         progress_every_s=30.0,
     )
-    own = engine.run_sync(build_items(rows[mine], cfg.env)).trajectories if rows[mine] else []
+    own = (
+        engine.run_sync(build_items(rows[mine], cfg.env, parse_env_config(cfg.env_config))).trajectories
+        if rows[mine]
+        else []
+    )
     trajs = [t for part in dist.all_gather_objects(own) for t in part]
     good = [t for t in trajs if not t.masked]
     by_prompt: dict[str, list[float]] = defaultdict(list)
@@ -406,7 +410,13 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
         mine = dist.shard(len(batch_rows))
         seed = cfg.seed * 100_003 + step + 1_000_003 * dist.rank
         engine = RolloutEngine(policy, rollout_config(cfg, cfg.group_size, seed=seed), progress=False)
-        own = engine.run_sync(build_items(batch_rows[mine], cfg.env)).trajectories if batch_rows[mine] else []
+        own = (
+            engine.run_sync(
+                build_items(batch_rows[mine], cfg.env, parse_env_config(cfg.env_config))
+            ).trajectories
+            if batch_rows[mine]
+            else []
+        )
         for t in own:  # group ids over the whole step, not this rank's shard
             t.group_id += mine.start
         trajs = [t for part in dist.all_gather_objects(own) for t in part]

@@ -41,3 +41,22 @@ def test_flags_map_onto_fields():
 def test_bad_values_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
         TrainConfig(**kwargs)
+
+
+def test_env_config_flag_reaches_the_rollout_items():
+    from trainers.config import parse_env_config
+    from trainers.loop import build_items
+
+    cfg = TrainConfig(env_config=("max_turns=3", "db_dir=/data/dbs", 'tags=["a"]'))
+    settings = parse_env_config(cfg.env_config)
+    assert settings == {"max_turns": 3, "db_dir": "/data/dbs", "tags": ["a"]}
+    row = {"id": "r0", "prompt": [{"role": "user", "content": "hi"}]}
+    (item,) = build_items([row], "calculator", settings)
+    assert item.env_config == settings
+
+
+def test_malformed_env_config_is_refused_with_the_fix():
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        TrainConfig(env_config=("max_turns",))
+    with pytest.raises(ConfigError, match="tuple"):
+        TrainConfig(env_config="max_turns=3")
