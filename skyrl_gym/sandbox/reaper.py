@@ -116,7 +116,8 @@ def list_labelled(client: Any) -> dict[str, list[Any]]:
     """Every container, network and volume carrying the sandbox label."""
     flt = {"label": LABEL}
     return {
-        "containers": client.containers.list(all=True, filters=flt),
+        # a container removed between the listing and its inspection is simply gone
+        "containers": client.containers.list(all=True, filters=flt, ignore_removed=True),
         "networks": client.networks.list(filters=flt),
         "volumes": client.volumes.list(filters=flt),
     }

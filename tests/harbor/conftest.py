@@ -84,7 +84,7 @@ def base_images() -> None:
 
 def _my_task_containers(client) -> list:
     return client.containers.list(
-        all=True, filters={"label": [f"skyrl.owner.pid={os.getpid()}", "harbor.task"]}
+        all=True, filters={"label": [f"skyrl.owner.pid={os.getpid()}", "harbor.task"]}, ignore_removed=True
     )
 
 

@@ -215,7 +215,11 @@ def test_build_deadline_cache_and_missing_image(make_task, base_images):
     time.sleep(1)
     client = docker.from_env()
     try:  # the build's RUN step was stopped, not left running to completion
-        running = [c for c in client.containers.list() if nonce in " ".join(c.attrs["Config"]["Cmd"] or [])]
+        running = [
+            c
+            for c in client.containers.list(ignore_removed=True)
+            if nonce in " ".join(c.attrs["Config"]["Cmd"] or [])
+        ]
         assert not running
     finally:
         client.close()

@@ -30,7 +30,7 @@ def my_containers() -> list[str]:
 
     client = docker.from_env()
     try:
-        found = client.containers.list(all=True, filters={"label": "skyrl-swe.instance"})
+        found = client.containers.list(all=True, filters={"label": "skyrl-swe.instance"}, ignore_removed=True)
         return [c.name for c in found if c.labels.get("skyrl.owner.pid") == str(os.getpid())]
     finally:
         client.close()
