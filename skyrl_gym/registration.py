@@ -102,6 +102,7 @@ class EnvSpec:
 registry: dict[str, EnvSpec] = {}
 _lock = threading.RLock()
 _plugins_loaded = False
+_plugins_loading = False
 
 
 def register(
@@ -197,24 +198,33 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env:
 
 def _load_plugins() -> None:
     """Register the envs that installed packages declare under ``skyrl_gym.envs`` (once)."""
-    global _plugins_loaded
+    global _plugins_loaded, _plugins_loading
     if _plugins_loaded:
         return
-    with _lock:
-        if _plugins_loaded:
+    with _lock:  # other threads wait here until every plugin is registered
+        if _plugins_loaded or _plugins_loading:  # done, or this thread is inside the loop below
             return
+        _plugins_loading = True
+        try:
+            _register_plugins()
+        finally:
+            _plugins_loading = False
         _plugins_loaded = True
-        for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP):
-            if ep.name in registry:
-                if registry[ep.name].entry_point != ep.value:
-                    warnings.warn(
-                        f"plugin env {ep.name!r} ({ep.value}) clashes with an env already registered "
-                        f"({registry[ep.name].entry_point}); the plugin is ignored",
-                        stacklevel=3,
-                    )
-                continue
-            try:
-                dist = ep.dist.name if ep.dist is not None else "unknown"
-                register(ep.name, ep.value, source=f"plugin:{dist}")
-            except RegistrationError as exc:
-                warnings.warn(f"plugin env {ep.name!r} was not registered: {exc}", stacklevel=3)
+
+
+def _register_plugins() -> None:
+    """Register each entry point of the plugin group (called under the lock, once)."""
+    for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        if ep.name in registry:
+            if registry[ep.name].entry_point != ep.value:
+                warnings.warn(
+                    f"plugin env {ep.name!r} ({ep.value}) clashes with an env already registered "
+                    f"({registry[ep.name].entry_point}); the plugin is ignored",
+                    stacklevel=4,
+                )
+            continue
+        try:
+            dist = ep.dist.name if ep.dist is not None else "unknown"
+            register(ep.name, ep.value, source=f"plugin:{dist}")
+        except RegistrationError as exc:
+            warnings.warn(f"plugin env {ep.name!r} was not registered: {exc}", stacklevel=4)

@@ -1,4 +1,5 @@
 import pickle
+import subprocess
 import sys
 import textwrap
 
@@ -157,3 +158,35 @@ def test_config_view_errors_and_pickles():
     with pytest.raises(AttributeError, match=r"no key 'b'; keys: \['a'\]"):
         _ = view.b
     assert pickle.loads(pickle.dumps(view)).a == 1
+
+
+def test_threads_that_race_the_first_plugin_lookup_all_find_the_plugin():
+    # a fresh process: the first lookups of a plugin env come from 8 threads at once; each must
+    # wait for the plugins to be registered rather than see a half-filled registry
+    code = textwrap.dedent(
+        """
+        import threading
+        import skyrl_gym
+
+        errors, barrier = [], threading.Barrier(8)
+
+        def look():
+            barrier.wait()
+            try:
+                skyrl_gym.spec("swe")
+                skyrl_gym.spec("harbor")
+            except Exception as exc:
+                errors.append(repr(exc))
+
+        threads = [threading.Thread(target=look) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(len(errors), errors[:1])
+        """
+    )
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith("0 "), out.stdout
