@@ -11,41 +11,19 @@ is known before the first request.
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import threading
-import time
-from typing import Any
-
 from integrations.tinker.state import ServerState
 from integrations.tinker.types import TinkerServerConfig
-from skyrl_gym.errors import require
+from skyrl_agent.server.asgi import AppThread, serve_forever
 
 __all__ = ["TinkerServer", "run_server"]
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
-
-
-def _uvicorn_server(app: Any, log_level: str) -> Any:
-    uvicorn: Any = require("uvicorn", "tinker", "the Tinker-compatible server")
-    return uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="off", access_log=False))
-
-
-def _url(host: str, port: int) -> str:
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
-
-
-class TinkerServer:
+class TinkerServer(AppThread):
     """The server on ``host:port`` in a daemon thread; a context manager. ``url`` is the
     ``base_url`` for ``tinker.ServiceClient``."""
+
+    label = "Tinker server"
+    extra = "tinker"
 
     def __init__(
         self,
@@ -60,53 +38,25 @@ class TinkerServer:
 
         self.config = config or TinkerServerConfig()
         self.state = ServerState(self.config)
-        self.app = build_app(self.state)
-        self.host = host
-        self.startup_timeout_s = startup_timeout_s
-        self._sock = _bind(host, port)
-        self.port: int = self._sock.getsockname()[1]
-        self._server = _uvicorn_server(self.app, log_level)
-        self._thread: threading.Thread | None = None
+        super().__init__(
+            build_app(self.state),
+            host=host,
+            port=port,
+            startup_timeout_s=startup_timeout_s,
+            log_level=log_level,
+        )
 
     @property
     def url(self) -> str:
         """The base URL clients take (``http://host:port``)."""
-        return _url(self.host, self.port)
+        return self.origin
 
-    def start(self) -> TinkerServer:
-        """Start serving; returns once the server accepts requests (or raises after the deadline)."""
-        if self._thread is not None:
-            return self
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._server.serve(sockets=[self._sock])),
-            name="skyrl-tinker",
-            daemon=True,
-        )
-        self._thread.start()
-        deadline = time.monotonic() + self.startup_timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("the Tinker server thread ended during startup (see the log above)")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError(f"the Tinker server did not start within {self.startup_timeout_s}s")
-            time.sleep(0.01)
-        return self
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop serving, stop the worker and close the socket. Idempotent."""
-        self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
-        self.state.close()
-        self._sock.close()
+    def _close(self) -> None:
+        self.state.close()  # stops the model worker
 
     def __enter__(self) -> TinkerServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.start()
+        return self
 
 
 def run_server(
@@ -121,11 +71,15 @@ def run_server(
     from integrations.tinker._app import build_app
 
     state = ServerState(config or TinkerServerConfig())
-    sock = _bind(host, port)
-    print(f"tinker server at {_url(host, sock.getsockname()[1])}", flush=True)
-    server = _uvicorn_server(build_app(state), log_level)
     try:
-        server.run(sockets=[sock])
+        serve_forever(
+            build_app(state),
+            host=host,
+            port=port,
+            log_level=log_level,
+            banner=lambda url: f"tinker server at {url}",
+            extra="tinker",
+            what="the Tinker-compatible server",
+        )
     finally:
         state.close()
-        sock.close()
