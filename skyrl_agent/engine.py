@@ -449,19 +449,11 @@ def _close_late_env(fut: asyncio.Future[Any]) -> None:
 
 
 def _failed(info: EpisodeInfo, error: str, env_seconds: float) -> Trajectory:
-    return Trajectory(
-        prompt_ids=[],
-        response_ids=[],
-        loss_mask=[],
-        rollout_logprobs=None,
-        token_rewards=[],
-        reward=0.0,
-        stop_reason=StopReason.ENV_ERROR,
-        env_seconds=env_seconds,
-        error=error,
-        masked=True,
+    return Trajectory.failed(
+        error,
         prompt_id=info.prompt_id,
         group_id=info.group_id,
         sample_index=info.sample_index,
         env_id=info.env_id,
+        env_seconds=env_seconds,
     )

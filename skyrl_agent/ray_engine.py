@@ -44,7 +44,7 @@ from skyrl_agent.engine import (
     episode_jobs,
 )
 from skyrl_agent.loop import split_steps
-from skyrl_agent.types import RolloutConfig, StopReason, Trajectory
+from skyrl_agent.types import RolloutConfig, Trajectory
 
 __all__ = ["RayConfig", "RayRolloutEngine"]
 
@@ -243,18 +243,6 @@ class RayRolloutEngine:
 
 def _lost(job: EpisodeJob, error: str) -> Trajectory:
     group, sample, item = job
-    return Trajectory(
-        prompt_ids=[],
-        response_ids=[],
-        loss_mask=[],
-        rollout_logprobs=None,
-        token_rewards=[],
-        reward=0.0,
-        stop_reason=StopReason.ENV_ERROR,
-        error=error,
-        masked=True,
-        prompt_id=item.prompt_id or str(group),
-        group_id=group,
-        sample_index=sample,
-        env_id=item.env_id,
+    return Trajectory.failed(
+        error, prompt_id=item.prompt_id or str(group), group_id=group, sample_index=sample, env_id=item.env_id
     )

@@ -288,6 +288,36 @@ class Trajectory:
         return d
 
     @classmethod
+    def failed(
+        cls,
+        error: str,
+        *,
+        prompt_id: str,
+        group_id: int,
+        sample_index: int,
+        env_id: str,
+        env_seconds: float = 0.0,
+    ) -> Trajectory:
+        """An episode that an infrastructure failure ended: no tokens, masked out of training
+        (never scored as reward 0), ``error`` saying what went wrong."""
+        return cls(
+            prompt_ids=[],
+            response_ids=[],
+            loss_mask=[],
+            rollout_logprobs=None,
+            token_rewards=[],
+            reward=0.0,
+            stop_reason=StopReason.ENV_ERROR,
+            env_seconds=env_seconds,
+            error=error,
+            masked=True,
+            prompt_id=prompt_id,
+            group_id=group_id,
+            sample_index=sample_index,
+            env_id=env_id,
+        )
+
+    @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Trajectory:
         """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
         names = {f.name for f in fields(cls)}
