@@ -156,30 +156,47 @@ def _can_fuse(model: torch.nn.Module) -> bool:
     )
 
 
+def _prefix_shared_forward(
+    module: torch.nn.Module,
+    input_ids_BT: torch.Tensor,
+    attention_mask_BT: torch.Tensor,
+    P: int,
+    field: str,
+) -> torch.Tensor:
+    """Run the shared prefix ``[:P]`` once (one row, its KV cache repeated ``B`` times), then the
+    ``B`` suffixes on that cache; return ``module``'s output ``field`` (``"logits"`` or
+    ``"last_hidden_state"``) at the positions predicting tokens ``P .. T-1``: ``B x (T-P) x D``."""
+    B, T = input_ids_BT.shape
+    pre = module(input_ids=input_ids_BT[:1, :P], attention_mask=attention_mask_BT[:1, :P], use_cache=True)
+    cache = output_cache(pre)
+    cache.batch_repeat_interleave(B)
+    positions_BS = torch.arange(P, T, device=input_ids_BT.device).expand(B, T - P)
+    rest_BSD = getattr(
+        module(
+            input_ids=input_ids_BT[:, P:],
+            attention_mask=attention_mask_BT,
+            position_ids=positions_BS,
+            use_cache=True,
+            **{cache_kwarg(module): cache},
+        ),
+        field,
+    )  # B x (T-P) x D: predicts tokens P+1..T
+    pre_1PD = getattr(pre, field)
+    first_B1D = pre_1PD[:, -1:].expand(B, 1, pre_1PD.shape[-1])  # predicts token P
+    return torch.cat([first_B1D, rest_BSD[:, :-1]], dim=1)  # B x (T-P) x D: tokens P..T-1
+
+
 def _decoder_hidden(
     model: torch.nn.Module, input_ids_BT: torch.Tensor, attention_mask_BT: torch.Tensor, P: int
 ) -> tuple[torch.Tensor, int]:
     """Final hidden states that predict tokens ``start .. T-1``: ``(h_BSH, start)`` with ``S = T - start``."""
     decoder = model.get_decoder()
-    B, T = input_ids_BT.shape
     if not P:
         h_BTH = decoder(
             input_ids=input_ids_BT, attention_mask=attention_mask_BT, use_cache=False
         ).last_hidden_state
         return h_BTH[:, :-1], 1
-    pre = decoder(input_ids=input_ids_BT[:1, :P], attention_mask=attention_mask_BT[:1, :P], use_cache=True)
-    cache = output_cache(pre)
-    cache.batch_repeat_interleave(B)
-    positions_BS = torch.arange(P, T, device=input_ids_BT.device).expand(B, T - P)
-    rest_BSH = decoder(
-        input_ids=input_ids_BT[:, P:],
-        attention_mask=attention_mask_BT,
-        position_ids=positions_BS,
-        use_cache=True,
-        **{cache_kwarg(decoder): cache},
-    ).last_hidden_state  # B x (T-P) x H: predicts tokens P+1..T
-    first_B1H = pre.last_hidden_state[:, -1:].expand(B, 1, pre.last_hidden_state.shape[-1])  # predicts P
-    return torch.cat([first_B1H, rest_BSH[:, :-1]], dim=1), P  # B x (T-P) x H: tokens P..T-1
+    return _prefix_shared_forward(decoder, input_ids_BT, attention_mask_BT, P, "last_hidden_state"), P
 
 
 def forward_logprobs(
@@ -271,24 +288,9 @@ def _full_logits(
     P: int,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The reference path: ``B x T x V`` logits from ``model(...)``, log-softmaxed in chunks."""
-    B, T = input_ids_BT.shape
     with autocast_context(bf16, input_ids_BT.device):
         if P:
-            pre = model(
-                input_ids=input_ids_BT[:1, :P], attention_mask=attention_mask_BT[:1, :P], use_cache=True
-            )
-            cache = output_cache(pre)
-            cache.batch_repeat_interleave(B)
-            positions_BS = torch.arange(P, T, device=input_ids_BT.device).expand(B, T - P)
-            rest = model(
-                input_ids=input_ids_BT[:, P:],
-                attention_mask=attention_mask_BT,
-                position_ids=positions_BS,
-                use_cache=True,
-                **{cache_kwarg(model): cache},
-            ).logits  # B x (T-P) x V: predicts tokens P+1..T
-            first_BV = pre.logits[:, -1:].expand(B, 1, pre.logits.shape[-1])  # predicts token P
-            logits_BTV = torch.cat([first_BV, rest[:, :-1]], dim=1)  # B x (T-P) x V: tokens P..T-1
+            logits_BTV = _prefix_shared_forward(model, input_ids_BT, attention_mask_BT, P, "logits")
         else:
             logits_BTV = model(input_ids=input_ids_BT, attention_mask=attention_mask_BT).logits[:, :-1]
     start = P if P else 1  # the first position whose logprob is computed
