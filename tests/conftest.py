@@ -67,10 +67,19 @@ def docker_available() -> bool:
         return False
 
 
+#: Seconds the first Docker test may take: it builds the base images (minutes on a new machine).
+FIRST_DOCKER_TEST_TIMEOUT = 1200
+
+
+@pytest.hookimpl(trylast=True)  # after any plugin that reorders the items (pytest-randomly)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not any(item.get_closest_marker("docker") for item in items):
+    docker_items = [item for item in items if item.get_closest_marker("docker")]
+    if not docker_items:
         return
     if docker_available():
+        # Whichever Docker test runs first builds the base images (`base_images`, requested by
+        # every Docker test): give that one room beyond the suite's per-test timeout.
+        docker_items[0].add_marker(pytest.mark.timeout(FIRST_DOCKER_TEST_TIMEOUT))
         return
     if os.environ.get("SKYRL_REQUIRE_DOCKER") == "1":
         raise pytest.UsageError(
@@ -80,3 +89,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("docker"):
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def base_images() -> dict[str, str]:
+    """The offline base images (``skyrl-sandbox/minimal`` and ``skyrl-sandbox/python``, with their
+    public aliases), built at most once per run by the same function as ``skyrl sandbox
+    build-images`` and skipped when their content-hash tags exist. Recipe name -> tag."""
+    from skyrl_gym.sandbox.images import build_images
+
+    built = build_images(["minimal", "python"], log=lambda line: print(f"[images] {line}"))
+    return {b.recipe: b.tag for b in built}
+
+
+@pytest.fixture(autouse=True)
+def _docker_tests_have_base_images(request: pytest.FixtureRequest) -> None:
+    """Every test marked ``docker`` (executed docs blocks included) finds the base images, whatever
+    the order of the tests and whatever this machine already holds. Autouse fixtures are set up
+    before a test's own fixtures, so a pool or an env a test builds already sees them."""
+    if request.node.get_closest_marker("docker") is not None:
+        request.getfixturevalue("base_images")

@@ -50,12 +50,12 @@ PAGES = [parse_page(p) for p in doc_pages()]
 
 
 def _readme_sections() -> dict[str, list[int]]:
-    """Python block lines of README.md by the ``## `` heading they sit under."""
+    """Lines of README.md's Python and ``bash run`` blocks by the ``## `` heading they sit under."""
     sections: dict[str, list[int]] = {}
     heading = ""
     lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
     readme = next(p for p in PAGES if p.path == "README.md")
-    starts = {b.line for b in readme.blocks if b.lang == "python"}
+    starts = {b.line for b in readme.blocks if b.lang == "python" or b.runs}
     in_fence = False
     for n, line in enumerate(lines, 1):
         if line.startswith("```") and not line.startswith("````"):

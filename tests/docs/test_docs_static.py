@@ -154,3 +154,47 @@ def test_fences_with_backticks_in_the_info_string_are_prose(tmp_path):
     parsed = parse_page(page, root=tmp_path)
     assert [(b.lang, b.code) for b in parsed.blocks] == [("python", "x = '```'\n")]
     assert parsed.links == [(7, "README.md")]
+
+
+SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
+
+
+def test_every_shell_block_runs_or_says_why_not():
+    """A shell block either runs (``bash run``) or carries ``skip: <reason>``: none is shown
+    as if it worked while no test runs it."""
+    plain = [
+        b.where
+        for p in PAGES
+        for b in p.blocks
+        if b.lang in SHELL_LANGS and not b.runs and b.skip_reason is None
+    ]
+    assert not plain, f"shell blocks with neither 'run' nor 'skip: <reason>' (docs/README.md): {plain}"
+
+
+def test_every_skipped_block_says_so_above_it():
+    """Each block that does not run has ``*Not run by the docs tests: <reason>.*`` above it, with
+    the reason of its fence (or of README_SKIPS), so a reader of the rendered page sees it."""
+    from tests.docs.test_docs_execute import PAGES as EXEC_PAGES
+    from tests.docs.test_docs_execute import _all_blocks
+
+    missing = []
+    for page in EXEC_PAGES:
+        lines = (REPO / page.path).read_text(encoding="utf-8").splitlines()
+        for b in _all_blocks(page):
+            if b.skip_reason is None:
+                continue
+            above = [line for line in lines[: b.line - 1] if line.strip()][-1:]
+            if above != [f"*Not run by the docs tests: {b.skip_reason}.*"]:
+                missing.append(
+                    f"{b.where}: expected '*Not run by the docs tests: {b.skip_reason}.*' above it"
+                )
+    assert not missing, "\n".join(missing)
+
+
+def test_readme_command_table_lists_every_verb():
+    """README's "Command line" table has a row for each installed ``skyrl`` verb."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    table = text.split("## Command line", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `skyrl (\w[\w-]*)", table, flags=re.M))
+    missing = sorted(_verbs() - listed)
+    assert not missing, f"README's command table lacks: {missing}"

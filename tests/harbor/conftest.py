@@ -1,4 +1,5 @@
-"""Fixtures of the Harbor tests: task folders made on the fly, the base images, no leaks."""
+"""Fixtures of the Harbor tests: task folders made on the fly and the no-leak check (the base
+images come from the root conftest's ``base_images``)."""
 
 from __future__ import annotations
 
@@ -72,14 +73,6 @@ def bundled_copy(tmp_path: Path) -> Callable[[str], Path]:
         return dest
 
     return copy
-
-
-@pytest.fixture(scope="session")
-def base_images() -> None:
-    """The local base images the bundled tasks start FROM (built once when missing)."""
-    from skyrl_gym.sandbox.images import build_images
-
-    build_images(["minimal", "python"], log=lambda line: print(f"[images] {line}"))
 
 
 def _my_task_containers(client) -> list:

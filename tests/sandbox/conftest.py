@@ -1,4 +1,4 @@
-"""Sandbox test fixtures: the base images (built at most once per run) and the no-leak check."""
+"""Sandbox test fixtures: the base images by recipe name and the no-leak check."""
 
 from __future__ import annotations
 
@@ -27,15 +27,6 @@ def _leaks(client, before: set[str]) -> list[str]:
     return found
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The first test that needs the base images builds them (minutes on a fresh machine): give
-    # that one test room beyond the suite's per-test timeout.
-    for item in items:
-        if "sandbox_images" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.timeout(1200))
-            break
-
-
 @pytest.fixture(scope="session", autouse=True)
 def no_leaked_sandboxes():
     """After the whole test session, no labelled container, network or volume is left."""
@@ -55,9 +46,6 @@ def no_leaked_sandboxes():
 
 
 @pytest.fixture(scope="session")
-def sandbox_images() -> dict[str, str]:
-    """The base images, built once per test run by the same function as `skyrl sandbox build-images`."""
-    from skyrl_gym.sandbox.images import build_images
-
-    built = build_images(["minimal", "python"], log=lambda line: print(f"[images] {line}"))
-    return {b.recipe: b.tag for b in built}
+def sandbox_images(base_images: dict[str, str]) -> dict[str, str]:
+    """The base images by recipe name (built by the root conftest's ``base_images``)."""
+    return base_images
