@@ -5,6 +5,7 @@
     skyrl harbor check harbor_adapter/tasks            # oracle scores 1, do-nothing 0, per task
     skyrl harbor check my_tasks/ --json --jobs 2
     skyrl harbor prompts my_tasks/ --out tasks.jsonl   # rows for `skyrl rollout --prompts`
+    skyrl harbor rollout my_tasks/ --out runs/harbor.jsonl --max-turns 8   # play them with a model
 
 ``check`` exits 0 only when every task passes.
 """
@@ -41,6 +42,15 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
     prompts.add_argument("--out", default="-", help="output JSONL file (default: stdout)")
     prompts.add_argument("--max-turns", type=int, default=20, help="the env's max_turns")
     prompts.set_defaults(handler=_prompts)
+    from skyrl_agent.cli import add_rollout_arguments
+
+    rollout = verbs.add_parser(
+        "rollout",
+        help="play every task of a folder with a model and save the trajectories (skyrl rollout's flags)",
+    )
+    rollout.add_argument("tasks_dir", metavar="TASKS_DIR")
+    add_rollout_arguments(rollout)
+    rollout.set_defaults(handler=_rollout)
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
 
@@ -80,3 +90,14 @@ def _prompts(args: argparse.Namespace) -> int:
             f.write(text)
         print(f"wrote {len(rows)} rows to {args.out}", file=sys.stderr)
     return 0
+
+
+def _rollout(args: argparse.Namespace) -> int:
+    """The tasks' rows (the env's ``max_turns`` equal to the runtime's) and the step deadline
+    that fits their builds and verifiers, played by ``skyrl rollout``'s machinery."""
+    from harbor_adapter.dataset import ENV_ID, rollout_plan
+    from skyrl_agent.cli import run_rollout
+
+    items, overrides = rollout_plan(args.tasks_dir, max_turns=args.max_turns, limit=args.num_prompts)
+    args.env = ENV_ID
+    return run_rollout(args, items, overrides)

@@ -76,7 +76,7 @@ def rollout_timeouts(tasks: list[HarborTask], settings: TrialSettings | None = N
 def rollout_plan(
     tasks_dir: str | Path, *, max_turns: int, limit: int | None = None, **settings: Any
 ) -> tuple[list, dict[str, float]]:
-    """What ``skyrl rollout --harbor TASKS_DIR`` plays: the prompt items (the env's
+    """What ``skyrl harbor rollout TASKS_DIR`` plays: the prompt items (the env's
     ``max_turns`` equal to the runtime's, so the verifier runs on the last turn at the latest)
     and the ``RolloutConfig`` step deadline that fits the tasks' builds and verifiers."""
     items = prompt_items(tasks_dir, max_turns=max_turns, limit=limit, **settings)

@@ -16,8 +16,8 @@ from typing import Any
 
 from skyrl_agent._env_stages import EnvFailure, env_call, finish_episode, may_grade, setup_and_init
 from skyrl_agent._thread_pool import LoopThreadPool
-from skyrl_agent.loop import EpisodeInfo, turn_seed
-from skyrl_agent.types import ChatModel, RolloutConfig, StopReason, Trajectory
+from skyrl_agent.loop import turn_seed
+from skyrl_agent.types import ChatModel, EpisodeInfo, RolloutConfig, StopReason, Trajectory
 from skyrl_gym.types import as_step_output
 
 __all__ = ["run_chat_episode", "play_chat_episode"]

@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["add_rollout_command", "add_eval_command"]
+__all__ = ["add_rollout_command", "add_eval_command", "add_rollout_arguments", "run_rollout"]
 
 
 def add_rollout_command(subparsers: argparse._SubParsersAction) -> None:
@@ -29,9 +29,23 @@ def add_rollout_command(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_rollout_arguments(p)
+    p.add_argument("--env", help="registered env id (see `skyrl envs`)")
+    p.add_argument(
+        "--prompts",
+        help="tasks: a JSONL or Parquet file or a saved datasets directory (default: the env's example())",
+    )
+    # moved to the adapter that owns Harbor tasks (the runtime imports no adapter)
+    p.add_argument("--harbor", metavar="TASKS_DIR", help=argparse.SUPPRESS)
+    p.set_defaults(handler=run_rollout)
+
+
+def add_rollout_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``skyrl rollout`` other than where the prompts come from (``--env``,
+    ``--prompts``): for verbs of other packages that make their own prompts and call
+    :func:`run_rollout` (``skyrl harbor rollout``)."""
     p.add_argument("--out", required=True, help="output file: .jsonl or .parquet")
     _add_common(p, temperature=0.7)
-    p.set_defaults(handler=_rollout)
 
 
 def add_eval_command(subparsers: argparse._SubParsersAction) -> None:
@@ -47,21 +61,18 @@ def add_eval_command(subparsers: argparse._SubParsersAction) -> None:
         "--success-threshold", type=float, default=1.0, help="reward at or above which an episode succeeds"
     )
     p.add_argument("--k", type=int, nargs="+", default=None, help="pass@k values (default: 1 and --n)")
+    p.add_argument("--env", required=True, help="registered env id (see `skyrl envs`)")
+    p.add_argument(
+        "--prompts",
+        help="tasks: a JSONL or Parquet file or a saved datasets directory (default: the env's example())",
+    )
     _add_common(p, temperature=0.0)
     p.set_defaults(handler=_eval)
 
 
 def _add_common(p: argparse.ArgumentParser, temperature: float) -> None:
-    p.add_argument("--env", help="registered env id (see `skyrl envs`); required unless --harbor")
-    p.add_argument(
-        "--harbor", metavar="TASKS_DIR", help="play the Harbor tasks of a folder (the `harbor` env)"
-    )
     p.add_argument(
         "--model", default="smollm2-135m", help="model directory, or 'smollm2-135m' (bundled, default)"
-    )
-    p.add_argument(
-        "--prompts",
-        help="tasks: a JSONL or Parquet file or a saved datasets directory (default: the env's example())",
     )
     p.add_argument(
         "--num-prompts",
@@ -92,9 +103,11 @@ def _add_common(p: argparse.ArgumentParser, temperature: float) -> None:
     p.add_argument("--ray-address", default=None, help="Ray cluster address (default: a local one)")
 
 
-def _rollout(args: argparse.Namespace) -> int:
+def run_rollout(args: argparse.Namespace, items: list | None = None, overrides: dict | None = None) -> int:
+    """``skyrl rollout``: play ``items`` (default: from ``--prompts`` or the env's example) with
+    ``RolloutConfig`` fields ``overrides`` on top of the flags, save and summarise them."""
     out = _check_out(args.out)
-    result = _play(args)
+    result = _play(args, items, overrides or {})
     _save(result.trajectories, out)
     print(result.stats.table())
     print(f"wrote {len(result.trajectories)} trajectories to {out}")
@@ -106,7 +119,7 @@ def _eval(args: argparse.Namespace) -> int:
     from skyrl_gym import spec
 
     out = _check_out(args.out) if args.out else None
-    result = _play(args)
+    result = _play(args, None, {})
     ks = sorted(set(args.k or ([1, args.n] if args.n > 1 else [1])))
     env_cls = spec(args.env).load()
     summary = summarize(
@@ -134,24 +147,24 @@ def _save(trajectories: list, out: Path) -> None:
     (save_parquet if out.suffix == ".parquet" else save_jsonl)(trajectories, out)
 
 
-def _play(args: argparse.Namespace):  # noqa: ANN202 - a RolloutResult
+def _play(args: argparse.Namespace, items: list | None = None, overrides: dict | None = None):  # noqa: ANN202 - a RolloutResult
     from skyrl_agent.chat import ChatRenderer
     from skyrl_agent.engine import RolloutEngine, load_prompts, prompts_from_example
     from skyrl_agent.types import RolloutConfig, SamplingParams
     from skyrl_gym.errors import ConfigError
 
-    overrides: dict = {}
-    if args.harbor:  # Harbor tasks: the harbor_adapter package makes the rows and step deadlines
-        from harbor_adapter.dataset import rollout_plan
-
-        args.env = "harbor"
-        items, overrides = rollout_plan(args.harbor, max_turns=args.max_turns, limit=args.num_prompts)
-    elif not args.env:
-        raise ConfigError("give --env ENV_ID (see `skyrl envs`) or --harbor TASKS_DIR")
-    elif args.prompts:
-        items = load_prompts(args.prompts, env_id=args.env, limit=args.num_prompts)
-    else:
-        items = prompts_from_example(args.env, args.num_prompts or 1)
+    overrides = overrides or {}
+    if getattr(args, "harbor", None):
+        raise ConfigError(
+            f"`skyrl rollout --harbor DIR` is now `skyrl harbor rollout {args.harbor}` (the same flags)"
+        )
+    if items is None:
+        if not args.env:
+            raise ConfigError("give --env ENV_ID (see `skyrl envs`)")
+        if args.prompts:
+            items = load_prompts(args.prompts, env_id=args.env, limit=args.num_prompts)
+        else:
+            items = prompts_from_example(args.env, args.num_prompts or 1)
     if not items:
         raise ConfigError("no prompts to play")
     config = RolloutConfig(

@@ -29,7 +29,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -37,8 +37,18 @@ from typing import Any, TextIO
 from skyrl_agent._env_stages import EnvFailure, finish_env, finish_episode, may_grade, setup_and_init
 from skyrl_agent._thread_pool import LoopThreadPool, run_in
 from skyrl_agent.chat import ChatRenderer
-from skyrl_agent.loop import EpisodeInfo, play_episode, split_steps
-from skyrl_agent.types import ChatModel, Policy, RolloutConfig, StopReason, Trajectory
+from skyrl_agent.loop import play_episode, split_steps
+from skyrl_agent.tasks import load_tasks
+from skyrl_agent.types import (
+    ChatModel,
+    EpisodeInfo,
+    EpisodeJob,
+    Policy,
+    PromptItem,
+    RolloutConfig,
+    StopReason,
+    Trajectory,
+)
 from skyrl_gym.errors import ConfigError
 
 __all__ = [
@@ -52,23 +62,6 @@ __all__ = [
     "load_prompts",
     "prompts_from_example",
 ]
-
-
-@dataclass(frozen=True)
-class PromptItem:
-    """One dataset row: which env to build, with what, and the first messages."""
-
-    env_id: str
-    """Registered env id passed to ``skyrl_gym.make``."""
-    prompt: tuple[dict[str, Any], ...]
-    """Messages passed to ``env.init``."""
-    env_config: Mapping[str, Any] = field(default_factory=dict)
-    """``env_config`` for the env."""
-    extras: Mapping[str, Any] = field(default_factory=dict)
-    """``extras`` (the row's fields) for the env."""
-    prompt_id: str = ""
-    """Row id (``load_prompts`` uses the row's ``id``, else its line number minus one); the
-    engine falls back to the group index."""
 
 
 def prompts_from_example(env_id: str, count: int = 1) -> list[PromptItem]:
@@ -93,13 +86,7 @@ def load_prompts(path: str | Path, env_id: str | None = None, limit: int | None 
     ``reward_spec``, ``extra_info``, optional ``env_config``, ``extras`` and ``id`` (else the
     row's position: its line number minus one in JSONL). ``env_id`` overrides the rows'. See
     :mod:`skyrl_agent.tasks` for the conventions and for ``datasets.Dataset`` sources."""
-    from skyrl_agent.tasks import load_tasks
-
     return load_tasks(path, env_id=env_id, limit=limit)
-
-
-#: One episode of a batch: (group index, sample index, the row).
-EpisodeJob = tuple[int, int, PromptItem]
 
 
 def episode_jobs(items: Sequence[PromptItem], n_samples: int) -> list[EpisodeJob]:

@@ -30,7 +30,6 @@ import asyncio
 import concurrent.futures
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from skyrl_agent._env_stages import EnvFailure as _EnvFailure
@@ -39,6 +38,7 @@ from skyrl_agent._env_stages import finish_episode, may_grade, setup_and_init
 from skyrl_agent._thread_pool import LoopThreadPool
 from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.types import (
+    EpisodeInfo,
     FinishReason,
     GenerateRequest,
     Policy,
@@ -54,24 +54,6 @@ __all__ = ["run_episode", "play_episode", "turn_seed", "EpisodeInfo", "split_ste
 def turn_seed(episode_seed: int, turn: int) -> int:
     """The sampling seed of ``turn`` in an episode seeded ``episode_seed`` (stable across runs)."""
     return (episode_seed * 1_000_003 + turn * 7919 + 17) % (2**63)
-
-
-@dataclass(frozen=True)
-class EpisodeInfo:
-    """Where an episode comes from (copied into its :class:`Trajectory`)."""
-
-    prompt_id: str = ""
-    """Id of the dataset row."""
-    group_id: int = 0
-    """Group (prompt) index; samples of one prompt share it."""
-    sample_index: int = 0
-    """Index of the sample inside its group."""
-    env_id: str = ""
-    """Registered env id."""
-    seed: int = 0
-    """Episode seed; each turn samples with ``turn_seed(seed, turn)``."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Free-form, not copied."""
 
 
 async def run_episode(

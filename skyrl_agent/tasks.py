@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from skyrl_agent.engine import PromptItem
+from skyrl_agent.types import PromptItem
 from skyrl_gym.errors import ConfigError
 
 __all__ = ["row_to_item", "item_to_row", "load_tasks", "save_tasks", "tasks_to_dataset"]

@@ -31,6 +31,9 @@ from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
+    "PromptItem",
+    "EpisodeInfo",
+    "EpisodeJob",
     "SamplingParams",
     "GenerateRequest",
     "GenerateOutput",
@@ -413,3 +416,43 @@ class RolloutConfig:
             raise ConfigError(f"unknown env_calls {self.env_calls!r}; use 'thread' or 'inline'")
         if self.max_retries < 0:
             raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
+
+
+# --------------------------------------------------------------------------- episodes of a batch
+@dataclass(frozen=True)
+class PromptItem:
+    """One dataset row: which env to build, with what, and the first messages."""
+
+    env_id: str
+    """Registered env id passed to ``skyrl_gym.make``."""
+    prompt: tuple[dict[str, Any], ...]
+    """Messages passed to ``env.init``."""
+    env_config: Mapping[str, Any] = field(default_factory=dict)
+    """``env_config`` for the env."""
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    """``extras`` (the row's fields) for the env."""
+    prompt_id: str = ""
+    """Row id (``load_prompts`` uses the row's ``id``, else its line number minus one); the
+    engine falls back to the group index."""
+
+
+@dataclass(frozen=True)
+class EpisodeInfo:
+    """Where an episode comes from (copied into its :class:`Trajectory`)."""
+
+    prompt_id: str = ""
+    """Id of the dataset row."""
+    group_id: int = 0
+    """Group (prompt) index; samples of one prompt share it."""
+    sample_index: int = 0
+    """Index of the sample inside its group."""
+    env_id: str = ""
+    """Registered env id."""
+    seed: int = 0
+    """Episode seed; each turn samples with ``turn_seed(seed, turn)``."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form, not copied."""
+
+
+#: One episode of a batch: (group index, sample index, the row).
+EpisodeJob = tuple[int, int, PromptItem]

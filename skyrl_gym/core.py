@@ -50,7 +50,6 @@ from skyrl_gym.metrics import default_aggregate_metrics
 from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
 
 if TYPE_CHECKING:
-    from skyrl_gym.registration import EnvSpec
     from skyrl_gym.tools.core import ToolGroup
     from skyrl_gym.tools.types import ToolCallParser, ToolResult
 
@@ -63,8 +62,9 @@ ActType = TypeVar("ActType")
 class Env(Generic[ObsType, ActType]):
     """The minimal env: ``init``, ``step``, ``close``. Text envs subclass :class:`BaseTextEnv`."""
 
-    spec: EnvSpec | None = None
-    """Set by ``skyrl_gym.make`` to the spec the env was built from."""
+    spec: Any = None
+    """Set by ``skyrl_gym.make`` to the ``skyrl_gym.registration.EnvSpec`` the env was built from
+    (typed ``Any`` here: the registry imports this module, not the other way round)."""
 
     def init(self, *args: Any, **kwargs: Any) -> tuple[ObsType, dict[str, Any]]:
         """Start the episode; return the first observation and an info dict."""

@@ -23,11 +23,11 @@ from typing import Any
 import gymnasium
 from gymnasium import spaces
 
+from skyrl_gym.registration import GYM_NAMESPACE, make, register_gymnasium_id, spec
 from skyrl_gym.types import ConversationType, as_step_output
 
 __all__ = ["TextSpace", "GymnasiumTextEnv", "GYM_NAMESPACE", "register_gymnasium_id"]
 
-GYM_NAMESPACE = "skyrl"
 MAX_TEXT = 1 << 20
 _SAMPLE_CHARSET = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 <>/{}":,._-\n'
 
@@ -77,8 +77,6 @@ class GymnasiumTextEnv(gymnasium.Env):
         render_mode: str | None = None,
         max_length: int = MAX_TEXT,
     ) -> None:
-        from skyrl_gym.registration import spec
-
         self.env_id = env_id
         self._text_spec = spec(env_id)
         if env_config is None and extras is None and prompt is None:
@@ -103,8 +101,6 @@ class GymnasiumTextEnv(gymnasium.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        from skyrl_gym.registration import make
-
         if self.text_env is not None:
             self.text_env.close()
         self.text_env = make(self.env_id, env_config=self.env_config, extras=self.extras)
@@ -145,25 +141,3 @@ class GymnasiumTextEnv(gymnasium.Env):
             self.text_env.close()
             self.text_env = None
         super().close()
-
-
-def _gym_id(env_id: str) -> str:
-    return f"{GYM_NAMESPACE}/{env_id}"
-
-
-def register_gymnasium_id(env_id: str) -> None:
-    """Make ``gymnasium.make("skyrl/<env_id>")`` build a :class:`GymnasiumTextEnv`."""
-    gym_id = _gym_id(env_id)
-    if gym_id in gymnasium.registry:
-        return
-    gymnasium.register(
-        id=gym_id,
-        entry_point="skyrl_gym.gym_bridge:GymnasiumTextEnv",
-        kwargs={"env_id": env_id},
-        disable_env_checker=False,
-    )
-
-
-def deregister_gymnasium_id(env_id: str) -> None:
-    """Remove the Gymnasium id mirrored from ``env_id``, if present."""
-    gymnasium.registry.pop(_gym_id(env_id), None)

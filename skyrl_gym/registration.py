@@ -39,6 +39,8 @@ __all__ = [
 ]
 
 PLUGIN_GROUP = "skyrl_gym.envs"
+#: Every registered env ``id`` is also the Gymnasium id ``skyrl/<id>`` (``skyrl_gym.gym_bridge``).
+GYM_NAMESPACE = "skyrl"
 _ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _ENTRY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -133,9 +135,7 @@ def register(
             )
         env_spec = EnvSpec(id, entry_point, dict(kwargs or {}), description, source)
         registry[id] = env_spec
-    from skyrl_gym import gym_bridge
-
-    gym_bridge.register_gymnasium_id(id)
+    register_gymnasium_id(id)
     return env_spec
 
 
@@ -144,9 +144,30 @@ def deregister(id: str) -> None:
     with _lock:
         spec(id)
         del registry[id]
-    from skyrl_gym import gym_bridge
+    deregister_gymnasium_id(id)
 
-    gym_bridge.deregister_gymnasium_id(id)
+
+def register_gymnasium_id(env_id: str) -> None:
+    """Make ``gymnasium.make("skyrl/<env_id>")`` build a ``skyrl_gym.gym_bridge.GymnasiumTextEnv``
+    (named by its entry-point string: the bridge is imported only when Gymnasium builds one)."""
+    import gymnasium
+
+    gym_id = f"{GYM_NAMESPACE}/{env_id}"
+    if gym_id in gymnasium.registry:
+        return
+    gymnasium.register(
+        id=gym_id,
+        entry_point="skyrl_gym.gym_bridge:GymnasiumTextEnv",
+        kwargs={"env_id": env_id},
+        disable_env_checker=False,
+    )
+
+
+def deregister_gymnasium_id(env_id: str) -> None:
+    """Remove the Gymnasium id mirrored from ``env_id``, if present."""
+    import gymnasium
+
+    gymnasium.registry.pop(f"{GYM_NAMESPACE}/{env_id}", None)
 
 
 def spec(id: str) -> EnvSpec:

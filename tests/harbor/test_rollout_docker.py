@@ -1,6 +1,6 @@
 """Harbor tasks inside the runtime: the agent loop plays the ``harbor`` env and yields
 trajectories with the verifier's reward (a scripted policy; the tiny and the bundled model
-through ``skyrl rollout --harbor``)."""
+through ``skyrl harbor rollout``)."""
 
 from __future__ import annotations
 
@@ -83,17 +83,28 @@ def test_a_verifier_error_masks_the_episode(tokenizer, make_task, base_images):
 
 
 def run_rollout_cli(argv):
-    from skyrl_agent.cli import add_rollout_command
+    from harbor_adapter.cli import add_command
 
     parser = argparse.ArgumentParser(prog="skyrl")
-    add_rollout_command(parser.add_subparsers(dest="command"))
+    add_command(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)
     return args.handler(args)
 
 
+def test_the_old_rollout_flag_names_its_replacement(tmp_path):
+    from skyrl_agent.cli import add_rollout_command
+    from skyrl_gym.errors import ConfigError
+
+    parser = argparse.ArgumentParser(prog="skyrl")
+    add_rollout_command(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["rollout", "--harbor", "my_tasks", "--out", str(tmp_path / "t.jsonl")])
+    with pytest.raises(ConfigError, match="skyrl harbor rollout my_tasks"):
+        args.handler(args)
+
+
 def test_skyrl_rollout_harbor_with_the_tiny_model(one_task, tmp_path, base_images, capsys):
     out = tmp_path / "traj.jsonl"
-    argv = ["rollout", "--harbor", str(one_task), "--model", "tiny-random", "--max-turns", "2"]
+    argv = ["harbor", "rollout", str(one_task), "--model", "tiny-random", "--max-turns", "2"]
     argv += ["--max-tokens", "12", "--n", "2", "--out", str(out), "--quiet"]
     assert run_rollout_cli(argv) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -108,7 +119,7 @@ def test_skyrl_rollout_harbor_with_the_tiny_model(one_task, tmp_path, base_image
 @pytest.mark.slow
 def test_skyrl_rollout_harbor_with_the_bundled_model(one_task, tmp_path, base_images):
     out = tmp_path / "traj.jsonl"
-    argv = ["rollout", "--harbor", str(one_task), "--max-turns", "1", "--max-tokens", "16"]
+    argv = ["harbor", "rollout", str(one_task), "--max-turns", "1", "--max-tokens", "16"]
     argv += ["--temperature", "0.8", "--out", str(out), "--quiet", "--threads", "2"]
     assert run_rollout_cli(argv) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]

@@ -10,14 +10,16 @@ out of ``step`` (an infrastructure failure, never a silent reward 0).
 from __future__ import annotations
 
 import posixpath
-from typing import TYPE_CHECKING
+from collections import Counter
+from typing import TYPE_CHECKING, Protocol
 
 from skyrl_gym.errors import SandboxError
 from skyrl_gym.sandbox.types import SandboxFileNotFoundError
 from skyrl_gym.tools import ToolGroup, tool, truncate_middle
 
 if TYPE_CHECKING:
-    from skyrl_gym.envs.swe.env import SWEEnv
+    from skyrl_gym.envs.swe._runtime import Workspace
+    from skyrl_gym.envs.swe.types import SWEEnvConfig
 
 __all__ = ["SWETools", "TOOL_NAMES"]
 
@@ -25,10 +27,21 @@ TOOL_NAMES = ("bash", "view", "str_replace", "create", "submit")
 _MAX_FILE_BYTES = 2 * 1024 * 1024
 
 
+class SWEToolHost(Protocol):
+    """What the tools use of the env they serve (``SWEEnv``): its settings, its workspace, and
+    the counters they keep."""
+
+    config: SWEEnvConfig
+    workspace: Workspace
+    tool_calls: Counter[str]
+    submitted: bool
+    infra_error: SandboxError | None
+
+
 class SWETools(ToolGroup):
     """The tools of the ``swe`` env, bound to one env (and so one workspace)."""
 
-    def __init__(self, env: SWEEnv) -> None:
+    def __init__(self, env: SWEToolHost) -> None:
         super().__init__(name="swe_tools")
         self._env = env
 
