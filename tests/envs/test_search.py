@@ -36,11 +36,14 @@ from skyrl_gym.errors import ConfigError, SkyRLError
 class RetrievalServer:
     """A Search-R1-style ``/retrieve`` server over the bundled corpus (BM25), on 127.0.0.1.
 
+    It takes both request formats: ``{"queries": [...]}`` (Search-R1's server) and
+    ``{"query": "..."}`` (SkyRL's server, which the published skyrl-gym client calls); either
+    way it answers one result list per query. ``passages`` replaces the bundled corpus.
     ``fail_next`` holds HTTP statuses to answer before behaving (e.g. ``[503, 503]``);
     ``delays`` holds seconds to sleep before answering, one per request (consumed in order)."""
 
-    def __init__(self) -> None:
-        self.index = bm25_index()
+    def __init__(self, passages: list[Passage] | None = None) -> None:
+        self.index = bm25_index() if passages is None else BM25Index(passages)
         self.fail_next: list[int] = []
         self.delays: list[float] = []
         self.requests: list[dict] = []
@@ -64,8 +67,15 @@ class RetrievalServer:
                 if status != 200:
                     self._send(status, {"detail": f"status {status}"})
                     return
+                if "query" in body:
+                    queries = [body["query"]]
+                elif "queries" in body:
+                    queries = body["queries"]
+                else:
+                    self._send(422, {"detail": "field required: query"})
+                    return
                 results = []
-                for hits in server.index.search(body["queries"], body.get("topk") or 3):
+                for hits in server.index.search(queries, body.get("topk") or 3):
                     docs = [
                         {"id": h.passage.id, "contents": f'"{h.passage.title}"\n{h.passage.text}'}
                         for h in hits
@@ -400,3 +410,207 @@ def test_targets_as_loaded_from_parquet_and_omegaconf():
     env = skyrl_gym.make("search", env_config=cfg, extras=extras)
     assert env.targets == ["Pellmouth"] and env.topk == 2 and env.max_turns == 2
     assert len(env.step("<search>capital of Veloria</search>").metadata["hits"]) == 2
+
+
+# --------------------------------------------------------------------------- the published skyrl-gym config
+SMALL_CORPUS = [
+    Passage("z1", "Zorblat", "The zorblat is a purple fruit grown on Oskel."),
+    Passage("z2", "Quellnut", "The quellnut is a hard brown nut."),
+    Passage("z3", "Zorblat tree", "A zorblat tree bears fruit every second summer."),
+]
+
+
+@pytest.fixture
+def small_server():
+    with RetrievalServer(SMALL_CORPUS) as s:
+        yield s
+
+
+def _published(url, **cfg):
+    """The published skyrl-gym ``SearchEnvConfig`` keys, no others."""
+    return {"search_url": url, "topk": 2, "timeout": 5, "log_requests": False, **cfg}
+
+
+def _free_port_url() -> str:
+    with socket.socket() as s:  # a port that nobody listens on
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/retrieve"
+
+
+def test_published_config_queries_the_given_server(small_server):
+    env = _env("purple", env_config=_published(small_server.url))
+    assert env.kind == "remote" and env.config.published
+    out = env.step("Let me look. <search> zorblat fruit </search>")
+    # The server got the published request: one query (stripped), the config's topk.
+    assert small_server.requests == [{"query": "zorblat fruit", "topk": 2, "return_scores": True}]
+    # The published observation: a JSON object whose "result" lists "Doc i: <contents>" lines.
+    assert out.observations == [
+        {
+            "role": "user",
+            "content": '\n<information>{"result": "Doc 1: \\"Zorblat\\"\\nThe zorblat is a purple fruit grown '
+            'on Oskel.\\nDoc 2: \\"Zorblat tree\\"\\nA zorblat tree bears fruit every second summer.\\n"}'
+            "</information>\n",
+        }
+    ]
+    payload = json.loads(
+        out.observations[0]["content"].removeprefix("\n<information>").removesuffix("</information>\n")
+    )
+    assert payload["result"].splitlines()[0] == 'Doc 1: "Zorblat"'
+    assert out.metadata == {
+        "tool_group": "SearchToolGroup",
+        "tool_name": "search",
+        "tool_input": [" zorblat fruit "],
+        "query": "zorblat fruit",
+        "hits": ["z1", "z3"],
+    }
+    assert (out.reward, out.done) == (0.0, False)
+    out = env.step("<answer>purple</answer>")
+    assert out.done and out.reward == 1.0
+
+
+def test_published_config_no_hit_and_no_tag(small_server):
+    env = _env("x", env_config=_published(small_server.url), max_turns=4)
+    out = env.step("<search>spaceship</search>")
+    assert out.observations[0]["content"] == '\n<information>{"result": ""}</information>\n'
+    out = env.step("no tag at all")  # a model's mistake: an observation, no request
+    assert out.metadata["tool_input"] == [None] and out.metadata["error"] == "no_action"
+    assert len(small_server.requests) == 1
+
+
+def test_published_config_as_omegaconf_and_as_a_dataclass(small_server):
+    import dataclasses
+
+    omegaconf = pytest.importorskip("omegaconf")
+
+    @dataclasses.dataclass
+    class SearchEnvConfig:  # the published dataclass's fields and defaults, with our server's URL
+        log_requests: bool = False
+        search_url: str = small_server.url
+        topk: int = 3
+        timeout: int = 30
+
+    for cfg in (omegaconf.OmegaConf.create(_published(small_server.url, topk=1)), SearchEnvConfig(topk=1)):
+        env = _env("purple", env_config=cfg)
+        assert env.config.remote.timeout_s in (5.0, 30.0) and env.config.remote.request_format == "query"
+        out = env.step("<search>zorblat fruit</search>")
+        assert json.loads(out.observations[0]["content"][14:-15]) == {
+            "result": 'Doc 1: "Zorblat"\nThe zorblat is a purple fruit grown on Oskel.\n'
+        }
+    assert [r["topk"] for r in small_server.requests] == [1, 1]
+    assert (
+        SearchEnvConfig().timeout == 30 and _env(env_config=SearchEnvConfig()).config.remote.timeout_s == 30.0
+    )
+
+
+def test_published_timeout_is_the_request_timeout(small_server):
+    small_server.delays = [1.5]  # the first answer comes after the timeout; the retry is on time
+    env = _env("purple", env_config=_published(small_server.url, timeout=0.3, backoff_s=0.01))
+    assert env.config.remote.timeout_s == 0.3
+    start = time.monotonic()
+    out = env.step("<search>zorblat fruit</search>")
+    assert time.monotonic() - start < 1.2 and len(small_server.requests) == 2
+    assert "Doc 1: " in out.observations[0]["content"]
+    # The default is the published 30 s, and the deadline always leaves room for one request.
+    remote = _env(env_config=_published(small_server.url, timeout=None)).config.remote
+    assert remote.timeout_s == 30.0 and remote.deadline_s == 60.0
+    assert _env(env_config=_published(small_server.url, timeout=90)).config.remote.deadline_s == 90.0
+
+
+@pytest.mark.parametrize("failure", ["refused", "timeout", "503"])
+def test_published_config_retriever_failures_raise(small_server, failure):
+    """Connection refused, a timeout, a 5xx: an infrastructure error, never reward 0."""
+    url = _free_port_url() if failure == "refused" else small_server.url
+    if failure == "timeout":
+        small_server.delays = [2.0] * 3
+    if failure == "503":
+        small_server.fail_next = [503] * 3
+    env = _env("purple", env_config=_published(url, timeout=0.3, max_retries=2, backoff_s=0.01))
+    start = time.monotonic()
+    with pytest.raises(RetrievalError, match="after 3 attempt") as info:
+        env.step("<search>zorblat fruit</search>")
+    assert time.monotonic() - start < 2.5
+    assert info.value.attempts == 3 and isinstance(info.value, SkyRLError)
+    if failure == "refused":
+        assert not small_server.requests
+    else:
+        assert len(small_server.requests) == 3
+        assert all(
+            r == {"query": "zorblat fruit", "topk": 2, "return_scores": True} for r in small_server.requests
+        )
+    assert info.value.last_status == (503 if failure == "503" else None)
+
+
+def test_log_requests_logs_each_attempt(small_server, caplog):
+    small_server.fail_next = [503]
+    env = _env("purple", env_config=_published(small_server.url, log_requests=True, backoff_s=0.01))
+    with caplog.at_level("INFO", logger="skyrl_gym.envs.search.remote"):
+        env.step("<search>zorblat fruit</search>")
+    messages = [r.getMessage() for r in caplog.records if r.name == "skyrl_gym.envs.search.remote"]
+    assert len(messages) == 4 and "attempt 1 failed: HTTP 503" in messages[1]
+    assert small_server.url in messages[0] and '"query": "zorblat fruit"' in messages[0]
+    assert messages[3].endswith("2 hit(s)")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="skyrl_gym.envs.search.remote"):
+        _env("purple", env_config=_published(small_server.url)).step("<search>zorblat</search>")
+    assert not [r for r in caplog.records if r.name == "skyrl_gym.envs.search.remote"]
+
+
+@pytest.mark.parametrize(
+    ("env_config", "match"),
+    [
+        (
+            {"serch_url": "http://127.0.0.1:1/retrieve"},
+            "unknown search env_config key 'serch_url'. Did you mean 'search_url'?",
+        ),
+        ({"search_url": "http://127.0.0.1:1/retrieve", "timout": 5}, "Did you mean 'timeout'?"),
+        ({"top_k": 3}, "Did you mean 'topk'?"),
+        ({"log_request": True}, "Did you mean 'log_requests'?"),
+        (
+            {"retriever": "bm25", "search_url": "http://127.0.0.1:1/retrieve"},
+            "do not apply to retriever='bm25'",
+        ),
+        ({"timeout": 5}, r"\['timeout'\] do not apply to retriever='bm25': set search_url"),
+        (
+            {"search_url": "http://127.0.0.1:1/retrieve", "corpus_path": "/x.jsonl"},
+            "only apply to retriever='bm25'",
+        ),
+        ({"search_url": "http://127.0.0.1:1/retrieve", "timeout": 5, "timeout_s": 5}, "not both"),
+        (
+            {"search_url": "http://127.0.0.1:1/retrieve", "log_requests": "yes"},
+            "log_requests must be true or false",
+        ),
+        ({"search_url": "http://127.0.0.1:1/retrieve", "topk": "many"}, "topk must be a number"),
+        ({"search_url": "http://127.0.0.1:1/retrieve", "request_format": "batch"}, "request_format"),
+        ({"observation_format": "xml"}, "observation_format"),
+    ],
+)
+def test_config_mistakes_raise_with_the_fix(env_config, match):
+    with pytest.raises(ConfigError, match=match):
+        _env(env_config=env_config)
+
+
+def test_our_own_modes_keep_their_formats(small_server):
+    """``retriever="remote"`` keeps Search-R1's batch request and the passage lines; each
+    format can also be chosen explicitly."""
+    env = _env("purple", env_config=_remote(small_server.url, topk=1))
+    assert not env.config.published
+    out = env.step("<search>zorblat fruit</search>")
+    assert small_server.requests[-1] == {"queries": ["zorblat fruit"], "topk": 1, "return_scores": True}
+    assert out.observations[0]["content"] == (
+        "\n<information>Doc 1(Title: Zorblat) The zorblat is a purple fruit grown on Oskel.</information>\n"
+    )
+    env = _env("purple", env_config=_published(small_server.url, topk=1, observation_format="passages"))
+    assert "Doc 1(Title: Zorblat)" in env.step("<search>zorblat fruit</search>").observations[0]["content"]
+    assert small_server.requests[-1] == {"query": "zorblat fruit", "topk": 1, "return_scores": True}
+    local = _env("Harrowby", env_config={"observation_format": "published", "topk": 1})
+    content = local.step("<search>inventor of the tidewheel</search>").observations[0]["content"]
+    assert content.startswith('\n<information>{"result": "Doc 1: \\"') and "Marisol Quent" in content
+
+
+def test_a_server_that_wants_the_other_request_format_is_named_in_the_error(small_server):
+    """SkyRL's server rejects ``{"queries": ...}`` with a 422 (and Search-R1's rejects ``query``)."""
+    small_server.fail_next = [422]
+    env = _env(env_config=_published(small_server.url))
+    with pytest.raises(RetrievalError, match="set request_format='queries'; now 'query'") as info:
+        env.step("<search>zorblat</search>")
+    assert info.value.last_status == 422 and len(small_server.requests) == 1

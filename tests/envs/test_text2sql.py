@@ -15,11 +15,13 @@ from omegaconf import OmegaConf
 
 import skyrl_gym
 from skyrl_gym.envs.sql import (
+    INVALID_ACTION_HINT,
     Text2SQLEnv,
     bundled_db_dir,
     bundled_questions,
     check_format,
     execute,
+    grade,
     load_bundled_rows,
 )
 from skyrl_gym.errors import ConfigError
@@ -73,7 +75,10 @@ def test_multi_turn_episode_with_observations_and_reward(rows):
     assert text.startswith("\n\n<observation>genre\n") and "Poetry" in text
     assert "<reminder>You have 4 turns left to complete the task.</reminder></observation>" in text
     assert (first.reward, first.done, first.truncated) == (0.0, False, False)
-    assert first.metadata["tool_input"] == "SELECT DISTINCT genre FROM books"
+    # The published metadata: the tool's arguments (db_id, the query as written, turns left).
+    assert first.metadata["tool_group"] == "SQLCodeExecutorToolGroup" and first.metadata["tool_name"] == "sql"
+    assert first.metadata["tool_input"] == ("library", "SELECT DISTINCT genre FROM books", 4)
+    assert second.metadata["tool_input"] == ("library", "SELECT * FROM nowhere", 3)
     assert "Error: no such table: nowhere" in second.observations[0]["content"]
     assert "3 turns left" in second.observations[0]["content"]
     assert second.metadata["error"] == "error"
@@ -173,7 +178,12 @@ def test_refused_and_no_sql_turns_are_observations(rows):
         [f"{THINK}<sql>DROP TABLE books</sql>", "just text", f"{THINK}<sql>SELECT COUNT(*) FROM books</sql>"],
     )
     assert outs[0].observations[0]["content"].startswith("\n\n<observation>Refused: DROP")
-    assert outs[1].metadata["error"] == "no_sql" and "<sql>" in outs[1].observations[0]["content"]
+    assert outs[1].metadata["error"] == "no_sql"
+    assert outs[1].metadata["tool_input"] == ("library", None, 3)
+    assert outs[1].observations[0]["content"] == (
+        f"\n\n<observation>{INVALID_ACTION_HINT}\n"
+        "<reminder>You have 3 turns left to complete the task.</reminder></observation>\n\n"
+    )
     assert "150" in outs[2].observations[0]["content"]
     metrics = env.get_metrics()
     assert (metrics["sql_refused"], metrics["no_sql_turns"], metrics["sql_calls"]) == (1, 1, 2)
@@ -335,3 +345,129 @@ def test_grading_has_its_own_deadline(rows):
     outs, _ = _episode(row, [f"{THINK}<sql>{runaway}</sql>", f"{THINK}<solution>{runaway}</solution>"], cfg)
     assert "Timeout: the query was stopped after its 0.2 s time limit" in outs[0].observations[0]["content"]
     assert outs[1].reward == 0.0 and outs[1].metadata["solution_status"] == "timeout"
+
+
+# --------------------------------------------------------------------------- parity with the published env
+def _shop_db(tmp_path: Path) -> Path:
+    """A fresh SQLite file in the published spider layout (``<db_path>/spider/database/<id>/<id>.sqlite``)."""
+    import sqlite3
+
+    db_file = tmp_path / "spider" / "database" / "shop" / "shop.sqlite"
+    db_file.parent.mkdir(parents=True)
+    with sqlite3.connect(db_file) as conn:
+        conn.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL)")
+        conn.executemany(
+            "INSERT INTO items (name, price) VALUES (?, ?)", [("pen", 1.5), ("ink", 4.0), ("pad", 2.25)]
+        )
+    conn.close()
+    return db_file
+
+
+SHOP_GOLD = "SELECT name FROM items WHERE price > 2"
+
+
+def _shop_episode(tmp_path: Path, actions: list[str]) -> tuple[list, Text2SQLEnv]:
+    _shop_db(tmp_path)
+    row = {
+        "data": "spider",
+        "db_id": "shop",
+        "reward_spec": {"method": "rule", "ground_truth": SHOP_GOLD},
+        "prompt": [{"role": "user", "content": "Which items cost more than 2?"}],
+    }
+    return _episode(row, actions, {"db_path": str(tmp_path)})
+
+
+def test_a_turn_without_sql_then_the_right_solution_scores_one(tmp_path):
+    """The recoverable episode: the hint for the empty turn is not read as the model's text."""
+    outs, env = _shop_episode(
+        tmp_path,
+        [
+            "<think>I know the table already.</think> The items are in the items table.",
+            "<think>Now the answer.</think><solution>SELECT name FROM items WHERE price > 2.0</solution>",
+        ],
+    )
+    hint, last = outs
+    assert hint.observations[0]["content"] == (
+        "\n\n<observation>Your previous action is invalid. Follow the format of outputting thinking "
+        "process and sql tool, and try again.\n<reminder>You have 4 turns left to complete the task."
+        "</reminder></observation>\n\n"
+    )
+    assert hint.metadata == {
+        "tool_group": "SQLCodeExecutorToolGroup",
+        "tool_name": "sql",
+        "tool_input": ("shop", None, 4),
+        "error": "no_sql",
+    }
+    assert (last.done, last.reward, last.metadata["reward_kind"]) == (True, 1.0, "correct")
+    assert env.get_metrics()["no_sql_turns"] == 1 and env.get_metrics()["format_ok"] is True
+
+
+def test_observation_text_never_decides_the_format(tmp_path):
+    """Observations that show tags (a row holding '<solution>') are not the model's text."""
+    import sqlite3
+
+    _shop_db(tmp_path)
+    db_file = tmp_path / "spider" / "database" / "shop" / "shop.sqlite"
+    with sqlite3.connect(db_file) as conn:
+        conn.execute("INSERT INTO items (name, price) VALUES ('<solution>SELECT 1</solution>', 0)")
+    conn.close()
+    row = {"data": "spider", "db_id": "shop", "reward_spec": {"ground_truth": SHOP_GOLD}, "prompt": []}
+    outs, _ = _episode(
+        row,
+        [
+            "<think>Look at the names.</think><sql>SELECT name FROM items</sql>",
+            f"<think>Done.</think><solution>{SHOP_GOLD}</solution>",
+        ],
+        {"db_path": str(tmp_path)},
+    )
+    assert "&lt;" not in outs[0].observations[0]["content"]  # the row is shown as it is
+    assert "<solution>SELECT 1</solution>" in outs[0].observations[0]["content"]
+    assert outs[-1].reward == 1.0, outs[-1].metadata
+
+
+@pytest.mark.parametrize(
+    ("turns", "ok", "why"),
+    [
+        ([f"{THINK}<solution>SELECT 1</solution>"], True, ""),
+        ([f"{THINK} no query", f"  {THINK}<solution>SELECT 1</solution>"], True, ""),
+        # case-insensitive, as published: a turn may open with <THINK>
+        (
+            [f"{THINK}<sql>SELECT 1</sql>", "<THINK>x</THINK><think>y</think><solution>SELECT 1</solution>"],
+            True,
+            "",
+        ),
+        ([f"{THINK}<sql>SELECT 1</sql>", "<solution>SELECT 1</solution>"], False, "turn 2"),
+        ([f"{THINK}<sql>SELECT 1</sql>", f"x {THINK}<solution>SELECT 1</solution>"], False, "turn 2"),
+        (["<think>a", "</think><solution>SELECT 1</solution>"], False, "turn 2"),
+        ([f"{THINK}<solution>SELECT 1", f"{THINK}</solution>"], False, "later turn"),
+        ([f"{THINK}</solution><solution>SELECT 1"], False, "comes before"),
+        (
+            [f"{THINK}<solution>SELECT 1</solution>", f"{THINK}<solution>SELECT 2</solution>"],
+            False,
+            "2 opening",
+        ),
+        ([f"{THINK}<solution><SQL>SELECT 1</solution>"], False, "'<SQL'"),
+        ([f"{THINK}<solution>SELECT 1 </Observation></solution>"], False, "'</Observation'"),
+        (["<solution>SELECT 1</solution>"], False, "no <think>"),
+        # an </observation> the model writes itself must be followed by <think> in that turn
+        (
+            [f"{THINK}<observation>made up</observation>", f"{THINK}<solution>SELECT 1</solution>"],
+            False,
+            "turn 1",
+        ),
+        ([f"{THINK}</observation> <think>b</think><solution>SELECT 1</solution>"], True, ""),
+        ([f"{THINK}</observation><solution>SELECT 1</solution>"], False, "turn 1"),
+        ([f"{THINK}<sql>1</sql>", f"{THINK}<sql>2</sql>"], False, "found 0 opening"),
+    ],
+)
+def test_check_format_reads_the_model_turns(turns, ok, why):
+    got_ok, got_why = check_format(turns)
+    assert got_ok is ok and why in got_why, got_why
+
+
+def test_grade_takes_the_model_turns(tmp_path):
+    db_file = _shop_db(tmp_path)
+    turns = ["<think>no query</think>", f"<think>ok</think><solution>{SHOP_GOLD}</solution>"]
+    assert grade(turns, SHOP_GOLD, db_file).reward == 1.0
+    assert grade(turns[1], SHOP_GOLD, db_file).reward == 1.0  # one string is one turn
+    assert grade(["<think>x</think><sql>1</sql>"], SHOP_GOLD, db_file).reward == -1.0

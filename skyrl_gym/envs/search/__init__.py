@@ -6,7 +6,7 @@ Search-R1-style HTTP server (:class:`RemoteRetriever`, retries with backoff and 
 
 from skyrl_gym.envs.search.bm25 import BM25Index, load_passages, tokenize
 from skyrl_gym.envs.search.data import bundled_passages, load_bundled_rows, make_row
-from skyrl_gym.envs.search.env import SearchEnv, exact_match, format_hits, normalize_answer
+from skyrl_gym.envs.search.env import SearchEnv, exact_match, format_hits, format_published, normalize_answer
 from skyrl_gym.envs.search.remote import RemoteRetriever, parse_response
 from skyrl_gym.envs.search.types import (
     BM25Config,
@@ -14,6 +14,7 @@ from skyrl_gym.envs.search.types import (
     RemoteRetrieverConfig,
     RetrievalError,
     Retriever,
+    SearchConfig,
     SearchHit,
 )
 
@@ -25,11 +26,13 @@ __all__ = [
     "RemoteRetrieverConfig",
     "RetrievalError",
     "Retriever",
+    "SearchConfig",
     "SearchEnv",
     "SearchHit",
     "bundled_passages",
     "exact_match",
     "format_hits",
+    "format_published",
     "load_bundled_rows",
     "load_passages",
     "make_row",

@@ -50,11 +50,17 @@ def load_passages(path: str | Path) -> list[Passage]:
             if not line.strip():
                 continue
             row = json.loads(line)
+            contents = None
             if "contents" in row and "text" not in row:
-                title, _, text = str(row["contents"]).partition("\n")
+                contents = str(row["contents"])
+                title, _, text = contents.partition("\n")
                 row = {"id": row.get("id", str(n)), "title": title.strip('"'), "text": text}
             try:
-                passages.append(Passage(id=str(row["id"]), title=str(row["title"]), text=str(row["text"])))
+                passages.append(
+                    Passage(
+                        id=str(row["id"]), title=str(row["title"]), text=str(row["text"]), contents=contents
+                    )
+                )
             except KeyError as exc:
                 from skyrl_gym.errors import ConfigError
 

@@ -18,32 +18,44 @@ Each turn the model either searches or answers::
   ``search_url``). When the server still fails after its retries, ``step`` raises
   :class:`~skyrl_gym.envs.search.types.RetrievalError`: an infrastructure failure that the
   runtime records and masks, never a reward of 0.
+* A published skyrl-gym config (``search_url``, ``topk``, ``timeout``, ``log_requests``, no
+  ``retriever``) runs in published-compatible mode: the remote retriever at ``search_url``,
+  one ``{"query": ..., "topk": ..., "return_scores": true}`` request per search with the
+  given ``timeout`` (30 s by default), and the published observation
+  ``"\\n<information>" + json.dumps({"result": "Doc 1: <contents>\\n..."}) + "</information>\\n"``
+  (see :class:`~skyrl_gym.envs.search.types.SearchConfig`).
+* The metadata of a turn that searched (or tried to) has the published keys ``tool_group``
+  (``"SearchToolGroup"``), ``tool_name`` (``"search"``) and ``tool_input`` (``[query as
+  written]``, or ``[None]`` without a ``<search>`` tag), plus ``query`` and ``hits``.
 
-``env_config`` keys (all optional): ``retriever``, ``topk`` (3), ``max_turns`` (3; a row's
-``extras["max_turns"]`` wins), ``corpus_path``, ``bm25_k1`` (1.2), ``bm25_b`` (0.75),
-``search_url``, ``timeout_s`` (10), ``max_retries`` (5), ``backoff_s`` (0.5),
-``max_backoff_s`` (8), ``deadline_s`` (60), ``max_query_chars`` (500), ``max_passage_chars``
-(800).
+``env_config`` keys (all optional; an unknown key raises :class:`~skyrl_gym.errors.ConfigError`
+with the closest known one): ``retriever``, ``topk`` (3), ``max_turns`` (3; a row's
+``extras["max_turns"]`` wins), ``max_query_chars`` (500), ``max_passage_chars`` (800; no cut in
+published mode), ``observation_format`` (``passages``; ``published`` in published mode);
+for BM25: ``corpus_path``, ``bm25_k1`` (1.2), ``bm25_b`` (0.75); for the remote retriever:
+``search_url``, ``timeout_s`` or ``timeout`` (10; 30 in published mode), ``max_retries`` (5),
+``backoff_s`` (0.5), ``max_backoff_s`` (8), ``deadline_s`` (60, or the timeout when longer),
+``request_format`` (``queries``; ``query`` in published mode), ``log_requests`` (false).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from skyrl_gym.config import config_get
 from skyrl_gym.core import BaseTextEnv
 from skyrl_gym.envs.search.bm25 import BM25Index, load_passages
 from skyrl_gym.envs.search.data import bundled_passages, load_bundled_rows
 from skyrl_gym.envs.search.remote import RemoteRetriever
-from skyrl_gym.envs.search.types import BM25Config, RemoteRetrieverConfig, Retriever, SearchHit
+from skyrl_gym.envs.search.types import BM25Config, RemoteRetrieverConfig, Retriever, SearchConfig, SearchHit
 from skyrl_gym.errors import ConfigError
 from skyrl_gym.types import BaseTextEnvStepOutput, EnvExample
 
-__all__ = ["SearchEnv", "normalize_answer", "exact_match", "format_hits", "bm25_index"]
+__all__ = ["SearchEnv", "normalize_answer", "exact_match", "format_hits", "format_published", "bm25_index"]
 
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _SEARCH_RE = re.compile(r"<search>(.*?)</search>", re.DOTALL)
@@ -66,7 +78,7 @@ def exact_match(prediction: str, targets: str | list[str] | tuple[str, ...]) -> 
     return any(pred == normalize_answer(str(t)) for t in ([targets] if isinstance(targets, str) else targets))
 
 
-def format_hits(hits: list[SearchHit], max_passage_chars: int = 800) -> str:
+def format_hits(hits: list[SearchHit], max_passage_chars: int | None = 800) -> str:
     """Search-R1's passage list: ``Doc 1(Title: T) text`` a line."""
     if not hits:
         return "No passage matched the query."
@@ -74,6 +86,18 @@ def format_hits(hits: list[SearchHit], max_passage_chars: int = 800) -> str:
         f"Doc {i}(Title: {h.passage.title}) {h.passage.text[:max_passage_chars]}"
         for i, h in enumerate(hits, 1)
     )
+
+
+def format_published(hits: list[SearchHit], max_passage_chars: int | None = None) -> str:
+    """The published skyrl-gym search result: the JSON object ``{"result": text}`` where
+    ``text`` has one ``Doc i: <contents>`` line per hit (each ending in a newline; ``contents``
+    stripped, as the server sent it, cut to ``max_passage_chars`` when given). No hit gives
+    ``{"result": ""}``, as the published client shows a server's empty result list."""
+    lines = []
+    for i, hit in enumerate(hits, 1):
+        contents = hit.passage.search_r1_contents().strip()
+        lines.append(f"Doc {i}: {contents[:max_passage_chars]}\n")
+    return json.dumps({"result": "".join(lines)})
 
 
 @lru_cache(maxsize=8)
@@ -109,37 +133,18 @@ class SearchEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: Any = None) -> None:
         super().__init__(env_config, extras)
         self.targets = _targets(self.extras)
-        self.max_turns = int(self.extras.get("max_turns", config_get(env_config, "max_turns", 3)))
+        self.config = cfg = SearchConfig.from_env_config(env_config)
+        self.max_turns = int(self.extras.get("max_turns", cfg.max_turns))
         if self.max_turns < 1:
             raise ConfigError(f"search max_turns must be >= 1, got {self.max_turns}")
-        self.topk = int(config_get(env_config, "topk", 3))
-        if self.topk < 1:
-            raise ConfigError(f"search topk must be >= 1, got {self.topk}")
-        self.max_query_chars = int(config_get(env_config, "max_query_chars", 500))
-        self.max_passage_chars = int(config_get(env_config, "max_passage_chars", 800))
-        self.kind = str(config_get(env_config, "retriever", "bm25"))
-        if self.kind == "bm25":
-            corpus = config_get(env_config, "corpus_path", None)
-            self._retriever: Retriever | None = bm25_index(
-                None if corpus is None else str(corpus),
-                float(config_get(env_config, "bm25_k1", 1.2)),
-                float(config_get(env_config, "bm25_b", 0.75)),
-            )
-            self._remote_config: RemoteRetrieverConfig | None = None
-        elif self.kind == "remote":
-            self._retriever = None  # built on first use, with the env's seeded rng for the jitter
-            self._remote_config = RemoteRetrieverConfig(
-                url=str(config_get(env_config, "search_url", RemoteRetrieverConfig.url)),
-                timeout_s=float(config_get(env_config, "timeout_s", RemoteRetrieverConfig.timeout_s)),
-                max_retries=int(config_get(env_config, "max_retries", RemoteRetrieverConfig.max_retries)),
-                backoff_s=float(config_get(env_config, "backoff_s", RemoteRetrieverConfig.backoff_s)),
-                max_backoff_s=float(
-                    config_get(env_config, "max_backoff_s", RemoteRetrieverConfig.max_backoff_s)
-                ),
-                deadline_s=float(config_get(env_config, "deadline_s", RemoteRetrieverConfig.deadline_s)),
-            )
-        else:
-            raise ConfigError(f"unknown retriever {self.kind!r}; use 'bm25' or 'remote'")
+        self.topk = cfg.topk
+        self.max_query_chars = cfg.max_query_chars
+        self.max_passage_chars = cfg.max_passage_chars
+        self.kind = cfg.retriever
+        self._remote_config: RemoteRetrieverConfig | None = cfg.remote
+        self._retriever: Retriever | None = None  # remote: built on first use, with the env's seeded rng
+        if cfg.retriever == "bm25":
+            self._retriever = bm25_index(cfg.corpus_path, cfg.bm25.k1, cfg.bm25.b)
         self.searches = 0
         self.invalid_turns = 0
         self.answer: str | None = None
@@ -186,6 +191,12 @@ class SearchEnv(BaseTextEnv):
             return BaseTextEnvStepOutput(
                 observations=[], reward=0.0, done=True, metadata=meta, truncated=True
             )
+        # The published metadata: the search tool's arguments ([query as written] or [None]).
+        tool = {
+            "tool_group": "SearchToolGroup",
+            "tool_name": "search",
+            "tool_input": [match.group(1) if match else None],
+        }
         if not query:
             self.invalid_turns += 1
             kind = "empty_query" if match else "no_action"
@@ -194,17 +205,20 @@ class SearchEnv(BaseTextEnv):
                 observations=[{"role": "user", "content": content}],
                 reward=0.0,
                 done=False,
-                metadata={"error": kind},
+                metadata={**tool, "error": kind},
                 truncated=False,
             )
         hits = self.retriever.search([query], self.topk)[0]  # RetrievalError propagates: infra failure
         self.searches += 1
-        content = f"\n<information>{format_hits(hits, self.max_passage_chars)}</information>\n"
+        if self.config.observation_format == "published":
+            body = format_published(hits, self.max_passage_chars)
+        else:
+            body = format_hits(hits, self.max_passage_chars)
         return BaseTextEnvStepOutput(
-            observations=[{"role": "user", "content": content}],
+            observations=[{"role": "user", "content": f"\n<information>{body}</information>\n"}],
             reward=0.0,
             done=False,
-            metadata={"query": query[:200], "hits": [h.passage.id for h in hits]},
+            metadata={**tool, "query": query[:200], "hits": [h.passage.id for h in hits]},
             truncated=False,
         )
 

@@ -1,14 +1,18 @@
 """A client for a Search-R1-style retrieval server, with retries, backoff and a deadline.
 
-The protocol (the ``/retrieve`` endpoint of Search-R1's ``retrieval_server.py``)::
+The protocol (the ``/retrieve`` endpoint), in one of two request formats
+(``RemoteRetrieverConfig.request_format``)::
 
-    POST /retrieve   {"queries": ["q1", ...], "topk": 3, "return_scores": true}
+    POST /retrieve   {"queries": ["q1", ...], "topk": 3, "return_scores": true}   # "queries": Search-R1
+    POST /retrieve   {"query": "q1", "topk": 3, "return_scores": true}            # "query": published skyrl-gym
     200              {"result": [[{"document": {"id": "12", "contents": "\\"Title\\"\\ntext"},
                                    "score": 0.83}, ...],      # one list per query, best first
                                  ...]}
 
-With ``return_scores`` false a server answers bare documents (``[[{"id", "contents"}, ...]]``);
-both shapes are read. ``contents`` is the title, a newline, then the text (the title may be quoted).
+With ``query``, each query is one request and its answer holds one list. With ``return_scores``
+false a server answers bare documents (``[[{"id", "contents"}, ...]]``); both shapes are read.
+``contents`` is the title, a newline, then the text (the title may be quoted); it is also kept
+as it came (``Passage.contents``).
 
 Failures: 5xx, 429, connection errors and timeouts are retried with exponential backoff and full
 jitter (wait uniform in ``[0, min(max_backoff_s, backoff_s * 2**attempt)]``), within an overall
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import random
 import time
 import urllib.error
@@ -33,13 +38,21 @@ from skyrl_gym.envs.search.types import Passage, RemoteRetrieverConfig, Retrieva
 
 __all__ = ["RemoteRetriever", "parse_response"]
 
+logger = logging.getLogger(__name__)
+
 
 def _passage(doc: Any, fallback_id: str) -> Passage:
     if not isinstance(doc, dict):
         raise ValueError(f"a document must be an object, got {type(doc).__name__}")
     if "contents" in doc:
-        title, _, text = str(doc["contents"]).partition("\n")
-        return Passage(id=str(doc.get("id", fallback_id)), title=title.strip().strip('"'), text=text.strip())
+        contents = str(doc["contents"])
+        title, _, text = contents.partition("\n")
+        return Passage(
+            id=str(doc.get("id", fallback_id)),
+            title=title.strip().strip('"'),
+            text=text.strip(),
+            contents=contents,
+        )
     if "text" in doc:
         return Passage(
             id=str(doc.get("id", fallback_id)), title=str(doc.get("title", "")), text=str(doc["text"])
@@ -96,8 +109,18 @@ class RemoteRetriever:
 
     def search(self, queries: Sequence[str], topk: int) -> list[list[SearchHit]]:
         """POST the queries; retry transient failures; raise :class:`RetrievalError` at the end."""
+        if self.config.request_format == "query":
+            return [
+                self._call({"query": str(q), "topk": int(topk), "return_scores": True}, 1)[0] for q in queries
+            ]
+        return self._call(
+            {"queries": [str(q) for q in queries], "topk": int(topk), "return_scores": True}, len(queries)
+        )
+
+    def _call(self, body: dict[str, Any], n_lists: int) -> list[list[SearchHit]]:
+        """One logical request (``n_lists`` result lists expected), with its retries."""
         cfg = self.config
-        payload = json.dumps({"queries": list(queries), "topk": int(topk), "return_scores": True}).encode()
+        payload = json.dumps(body).encode()
         start = time.monotonic()
         last_status: int | None = None
         why = ""
@@ -108,10 +131,23 @@ class RemoteRetriever:
                 break
             self.attempts += 1
             attempt += 1
+            if cfg.log_requests:
+                logger.info(
+                    "retrieval attempt %d: POST %s %s",
+                    attempt,
+                    cfg.url,
+                    payload[:300].decode("utf-8", "replace"),
+                )
             try:
-                return self._post(payload, min(cfg.timeout_s, remaining), len(queries))
+                hits = self._post(payload, min(cfg.timeout_s, remaining), n_lists)
             except _Retryable as exc:
                 why, last_status = str(exc), exc.status
+                if cfg.log_requests:
+                    logger.info("retrieval attempt %d failed: %s", attempt, why)
+            else:
+                if cfg.log_requests:
+                    logger.info("retrieval attempt %d: %d hit(s)", attempt, sum(len(h) for h in hits))
+                return hits
             if attempt > cfg.max_retries:
                 break
             cap = min(cfg.max_backoff_s, cfg.backoff_s * (2 ** (attempt - 1)))
@@ -130,7 +166,10 @@ class RemoteRetriever:
 
     def _post(self, payload: bytes, timeout: float, n_queries: int) -> list[list[SearchHit]]:
         request = urllib.request.Request(
-            self.config.url, data=payload, method="POST", headers={"Content-Type": "application/json"}
+            self.config.url,
+            data=payload,
+            method="POST",
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
         )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -141,9 +180,16 @@ class RemoteRetriever:
             exc.close()
             if status >= 500 or status == 429:
                 raise _Retryable(f"HTTP {status}", status) from None
+            hint = ""
+            if status in (400, 422):
+                other = "queries" if self.config.request_format == "query" else "query"
+                hint = (
+                    f" (if the server expects {{{other!r}: ...}} requests, set request_format={other!r}; "
+                    f"now {self.config.request_format!r})"
+                )
             raise RetrievalError(
                 f"retrieval server {self.config.url} rejected the request with HTTP {status} "
-                f"(not retried): {detail}",
+                f"(not retried): {detail}{hint}",
                 1,
                 status,
             ) from None

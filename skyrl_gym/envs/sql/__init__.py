@@ -10,7 +10,7 @@ out = env.step("<think>...</think><sql>SELECT COUNT(*) FROM books</sql>")
 """
 
 from skyrl_gym.envs.sql._bundled import bundled_db_dir, bundled_db_ids, bundled_questions
-from skyrl_gym.envs.sql.env import LAYOUTS, Text2SQLEnv, resolve_db_file
+from skyrl_gym.envs.sql.env import INVALID_ACTION_HINT, LAYOUTS, Text2SQLEnv, resolve_db_file
 from skyrl_gym.envs.sql.executor import ReadOnlyDatabase, close_thread_connections, execute, format_result
 from skyrl_gym.envs.sql.prompt import (
     SYSTEM_PROMPT,
@@ -23,6 +23,7 @@ from skyrl_gym.envs.sql.reward import check_format, extract_solution, grade, row
 from skyrl_gym.envs.sql.types import ExecutorLimits, Grade, QueryResult, QueryStatus, Text2SQLConfig
 
 __all__ = [
+    "INVALID_ACTION_HINT",
     "LAYOUTS",
     "SYSTEM_PROMPT",
     "ExecutorLimits",

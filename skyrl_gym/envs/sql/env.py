@@ -4,7 +4,14 @@ Each turn the model thinks in ``<think>...</think>`` and either runs one explora
 ``<sql>...</sql>`` (the result comes back as ``<observation>...</observation>`` with a reminder
 of the turns left) or answers with ``<solution>...</solution>``. The episode ends on a solution
 or at ``max_turns`` (default 5); the reward is given once, at the end (see
-:mod:`skyrl_gym.envs.sql.reward` for the exact rule): -1 malformed, 0 wrong, 1 correct.
+:mod:`skyrl_gym.envs.sql.reward` for the exact rule, which reads the model's turns only): -1
+malformed, 0 wrong, 1 correct. A turn with neither ``<sql>`` nor ``<solution>`` gets the
+published hint (:data:`INVALID_ACTION_HINT`) as its observation, and the episode goes on.
+
+The metadata of an exploring turn has the published keys ``tool_group``
+(``"SQLCodeExecutorToolGroup"``), ``tool_name`` (``"sql"``) and ``tool_input`` (the tuple
+``(db_id, query text or None, turns left)``), plus ``status`` and ``error`` when the query did
+not run.
 
 Dataset rows (``extras``) are in the published format: ``db_id``, ``data`` (``synsql``,
 ``spider``, ``bird`` or ``bundled``) and ``reward_spec.ground_truth`` (the gold SQL). The
@@ -29,7 +36,7 @@ from skyrl_gym.envs.sql.types import Grade, QueryStatus, Text2SQLConfig
 from skyrl_gym.errors import ConfigError
 from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
 
-__all__ = ["Text2SQLEnv", "LAYOUTS", "resolve_db_file"]
+__all__ = ["Text2SQLEnv", "LAYOUTS", "INVALID_ACTION_HINT", "resolve_db_file"]
 
 #: Where each published data source keeps its databases under ``db_path``.
 LAYOUTS: dict[str, str] = {
@@ -43,6 +50,13 @@ _HOW_TO_GET = {
     "bird": "the BIRD train databases come with the BIRD release (train_databases)",
 }
 _SQL = re.compile(r"<sql>(.*?)</sql>", re.DOTALL)
+#: The observation for a turn with neither a query nor a solution: the published env's sentence,
+#: word for word (users' code may match it). It names no tag, so it cannot be mistaken for the
+#: model's own text.
+INVALID_ACTION_HINT = (
+    "Your previous action is invalid. Follow the format of outputting thinking process and sql tool, "
+    "and try again."
+)
 
 
 def resolve_db_file(db_id: Any, data: Any, db_path: str | None) -> Path:
@@ -135,17 +149,18 @@ class Text2SQLEnv(BaseTextEnv):
             return self._finish(action, truncated=not solved)
         turns_left = self.max_turns - self.turns
         match = _SQL.search(action)
-        metadata: dict[str, Any] = {"tool_group": "SQLCodeExecutorToolGroup", "tool_name": "sql"}
+        # The published shape: the tool's positional arguments (db_id, the query or None, turns left).
+        metadata: dict[str, Any] = {
+            "tool_group": "SQLCodeExecutorToolGroup",
+            "tool_name": "sql",
+            "tool_input": (self.db_id, match.group(1) if match else None, turns_left),
+        }
         if match is None:
             self._no_sql += 1
-            text = (
-                "No query found. Run one query as <sql>SELECT ...</sql>, or give your final answer "
-                "as <solution>SELECT ...</solution>."
-            )
-            metadata.update(tool_input=None, error="no_sql")
+            text = INVALID_ACTION_HINT
+            metadata["error"] = "no_sql"
         else:
             sql = match.group(1).strip()
-            metadata["tool_input"] = sql
             result = execute(self.db_file, sql, limits=self.limits, count_up_to=self.limits.count_rows_up_to)
             self._sql_calls += 1
             if result.status is QueryStatus.ERROR:
@@ -169,11 +184,15 @@ class Text2SQLEnv(BaseTextEnv):
         )
 
     def _finish(self, action: str, *, truncated: bool) -> BaseTextEnvStepOutput:
-        trajectory = "".join(
-            m["content"] for m in self.chat_history[self._prompt_len :] if isinstance(m.get("content"), str)
-        )
+        # The model's own turns only: an observation (a hint that shows the tags, a row of the
+        # database) is not the model's text and must not decide its format.
+        turns = [
+            m["content"]
+            for m in self.chat_history[self._prompt_len :]
+            if m.get("role") == "assistant" and isinstance(m.get("content"), str)
+        ]
         self.grade = g = grade(
-            trajectory, self.gold_sql, self.db_file, limits=self.limits, row_match=self.config.row_match
+            turns, self.gold_sql, self.db_file, limits=self.limits, row_match=self.config.row_match
         )
         metadata: dict[str, Any] = {
             "format_ok": g.format_ok,

@@ -1,15 +1,20 @@
-"""The text2sql reward: a format check over the whole trajectory, then execution match.
+"""The text2sql reward: a format check over the model's own turns, then execution match.
 
 The exact rule (``grade``), applied once, when the episode ends:
 
-1. The trajectory is the model's turns and the env's observations joined in order. It is
-   **well formed** when all of these hold, else the reward is **-1**:
-   * exactly one ``<solution>`` and exactly one ``</solution>``, the opening one first;
-   * no ``<think>``, ``</think>``, ``<sql>``, ``</sql>``, ``<observation>`` or
-     ``</observation>`` tag inside the solution;
+1. Only the model's turns are read, in order; the env's observations are not the model's text
+   and are left out (a hint that shows the tags, such as ``<sql>``, can never count as the
+   model's). Every turn but the last was answered by an observation. The turns are **well
+   formed** when all of these hold, else the reward is **-1**:
+   * exactly one ``<solution>`` and exactly one ``</solution>`` in all the turns, both in the
+     same turn, the opening one first;
+   * no ``think``, ``sql`` or ``observation`` tag (opening or closing, any case) inside the
+     solution;
    * at least one ``<think>...</think>`` pair;
-   * every ``</observation>`` is followed (after whitespace) by ``<think>``: the model starts
-     each turn after an observation by thinking.
+   * the model starts each turn after an observation by thinking: every turn after the first,
+     up to the one with the solution, starts (after whitespace, any case) with ``<think>``; and
+     an ``</observation>`` the model writes itself, before the solution, is followed in the
+     same turn by ``<think>``.
    An episode that reaches ``max_turns`` without a solution is therefore malformed (-1).
 2. The solution's text (stripped, and unwrapped from a ```` ```sql ```` fence if there is one)
    and the gold SQL are run on the database, each with the grading deadline (30 s).
@@ -21,6 +26,10 @@ The exact rule (``grade``), applied once, when the episode ends:
    times out or returns more than ``grade_max_rows`` rows scores 0.
 4. If the *gold* SQL fails, the reward is 0 and ``Grade.grading_error`` says why: that is a data
    problem, not the model's, and the runtime can leave the episode out of training.
+
+Rule 1 gives the published env's verdict on every episode of the published env (whose check
+reads the model's turns and the observations joined, and whose observations hold no
+``<solution>``), without letting an observation's text decide it.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 from skyrl_gym.envs.sql.executor import execute
@@ -36,31 +46,51 @@ from skyrl_gym.envs.sql.types import ExecutorLimits, Grade, QueryResult, QuerySt
 __all__ = ["check_format", "extract_solution", "rows_match", "grade"]
 
 _SOLUTION = re.compile(r"<solution>(.*?)</solution>", re.DOTALL)
-_INNER_TAGS = ("<think>", "</think>", "<sql>", "</sql>", "<observation>", "</observation>")
+_INNER_TAG = re.compile(r"</?(?:think|sql|observation)\b", re.IGNORECASE)
 _THINK_PAIR = re.compile(r"<think>.*?</think>", re.DOTALL)
-_AFTER_OBSERVATION = re.compile(r"</observation>(?!\s*<think>)")
+_OBSERVATION_END = re.compile(r"</observation>", re.IGNORECASE)
 _FENCE = re.compile(r"^```[A-Za-z]*\s*\n?(.*?)\n?```$", re.DOTALL)
 
 
-def check_format(trajectory: str) -> tuple[bool, str]:
-    """``(True, "")`` when ``trajectory`` is well formed (rule 1 above), else ``(False, why)``."""
-    opens, closes = trajectory.count("<solution>"), trajectory.count("</solution>")
+def _as_turns(turns: str | Sequence[str]) -> list[str]:
+    return [turns] if isinstance(turns, str) else [t if isinstance(t, str) else "" for t in turns]
+
+
+def _starts_with_think(text: str) -> bool:
+    return text.lstrip().lower().startswith("<think>")
+
+
+def check_format(turns: str | Sequence[str]) -> tuple[bool, str]:
+    """``(True, "")`` when the model's ``turns`` are well formed (rule 1 above), else
+    ``(False, why)``. ``turns`` holds the model's turns only, in order; a string is one turn."""
+    turns = _as_turns(turns)
+    text = "".join(turns)
+    opens, closes = text.count("<solution>"), text.count("</solution>")
     if opens != 1 or closes != 1:
         return (
             False,
             f"expected exactly one <solution>...</solution>, found {opens} opening and {closes} closing tags",
         )
-    match = _SOLUTION.search(trajectory)
-    if match is None:
-        return False, "</solution> comes before <solution>"
-    inner = match.group(1)
-    for tag in _INNER_TAGS:
-        if tag in inner:
-            return False, f"the solution contains {tag}"
-    if _THINK_PAIR.search(trajectory) is None:
-        return False, "no <think>...</think> in the trajectory"
-    if _AFTER_OBSERVATION.search(trajectory):
-        return False, "a turn after an observation does not start with <think>"
+    last = next(i for i, turn in enumerate(turns) if "<solution>" in turn)
+    turn = turns[last]
+    head, _, tail = turn.partition("<solution>")
+    if "</solution>" not in tail:
+        if "</solution>" in text[: text.index("<solution>")]:
+            return False, "</solution> comes before <solution>"
+        return False, "</solution> is in a later turn than <solution>"
+    inner = tail.partition("</solution>")[0]
+    tag = _INNER_TAG.search(inner)
+    if tag is not None:
+        return False, f"the solution contains the tag {tag.group(0)!r}"
+    if _THINK_PAIR.search(text) is None:
+        return False, "no <think>...</think> in the model's turns"
+    for n in range(1, last + 1):
+        if not _starts_with_think(turns[n]):
+            return False, f"turn {n + 1} follows an observation but does not start with <think>"
+    for n, piece in enumerate([*turns[:last], head]):
+        for match in _OBSERVATION_END.finditer(piece):
+            if not _starts_with_think(piece[match.end() :]):
+                return False, f"an </observation> written in turn {n + 1} is not followed by <think>"
     return True, ""
 
 
@@ -113,17 +143,18 @@ def _gold_result(db_file: Path, gold_sql: str, limits: ExecutorLimits) -> QueryR
 
 
 def grade(
-    trajectory: str,
+    turns: str | Sequence[str],
     gold_sql: str,
     db_file: str | Path,
     *,
     limits: ExecutorLimits | None = None,
     row_match: RowMatch = "set",
 ) -> Grade:
-    """Score a finished trajectory against ``gold_sql`` on ``db_file`` (the rule above)."""
+    """Score the model's ``turns`` (its turns only, in order) against ``gold_sql`` on ``db_file``
+    (the rule above)."""
     limits = limits or ExecutorLimits()
-    ok, why = check_format(trajectory)
-    solution = extract_solution(trajectory)
+    ok, why = check_format(turns)
+    solution = extract_solution("".join(_as_turns(turns)))
     if not ok:
         return Grade(-1.0, False, why, solution)
     assert solution is not None  # a well-formed trajectory has a solution
