@@ -48,12 +48,19 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- policies
+#: The smallest normal float32: a ``top_p`` below it is 0 once the sampler compares in float32.
+FLOAT32_TINY = 1.1754943508222875e-38
+#: The range of a sampling seed: what ``torch.Generator.manual_seed`` takes (int64 or uint64).
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample one turn. Every policy honours these (chat-level ones as far as they can)."""
 
     temperature: float = 1.0
-    """Softmax temperature; 0 means greedy (argmax)."""
+    """Softmax temperature; 0 means greedy (argmax). Local samplers treat values below 1e-5 as 0
+    (as vLLM does): dividing logits by them overflows."""
     top_p: float = 1.0
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches ``top_p``."""
     top_k: int = 0
@@ -66,7 +73,8 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     """Extra token ids that end generation, besides the model's end-of-sequence tokens."""
     seed: int | None = None
-    """Seed for this request's random draws; None draws from the policy's own generator."""
+    """Seed for this request's random draws, in ``[SEED_MIN, SEED_MAX]``; None draws from the
+    policy's own generator."""
     logprobs: bool = True
     """Return per-token logprobs of the sampled tokens (see the module docstring)."""
     top_logprobs: int = 0
@@ -79,12 +87,20 @@ class SamplingParams:
 
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not FLOAT32_TINY <= self.top_p <= 1:
+            raise ConfigError(
+                f"top_p must be in (0, 1] and at least {FLOAT32_TINY:.3g} (smaller values underflow "
+                f"float32; use temperature=0 for greedy decoding), got {self.top_p}"
+            )
         if self.top_k < 0:
             raise ConfigError(f"top_k must be >= 0 (0 turns it off), got {self.top_k}")
         if self.max_tokens < 1:
             raise ConfigError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.seed is not None and not SEED_MIN <= self.seed <= SEED_MAX:
+            raise ConfigError(
+                f"seed must be an integer in [{SEED_MIN}, {SEED_MAX}] (what torch.Generator accepts), "
+                f"got {self.seed}"
+            )
         if self.top_logprobs < 0:
             raise ConfigError(f"top_logprobs must be >= 0 (0 returns none), got {self.top_logprobs}")
         if isinstance(self.stop, str):

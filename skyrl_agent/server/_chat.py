@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from typing import Any
@@ -11,7 +12,9 @@ from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.server._protocol import ApiError
 from skyrl_agent.server.sessions import Continuation
 
-__all__ = ["normalize_messages", "prompt_ids_for", "split_tool_calls"]
+__all__ = ["normalize_messages", "prompt_chars", "prompt_ids_for", "split_tool_calls"]
+
+log = logging.getLogger(__name__)
 
 _ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 _CALL_BLOCK = re.compile(r"\s*<tool_call>.*?(?:</tool_call>|\Z)", re.DOTALL)
@@ -53,11 +56,47 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             )
         if content is None and role != "assistant":
             raise ApiError(400, f"messages[{i}] ({role}) needs content", param=f"messages[{i}].content")
+        for key in ("name", "tool_call_id"):
+            if raw.get(key) is not None and not isinstance(raw[key], str):
+                raise ApiError(400, f"messages[{i}].{key} must be a string", param=f"messages[{i}].{key}")
+        _check_tool_calls(raw.get("tool_calls"), i)
         m = {k: v for k, v in raw.items() if k in ("name", "tool_calls", "tool_call_id")}
         m["role"] = "system" if role == "developer" else "tool" if role == "function" else role
         m["content"] = content
         out.append(m)
     return out
+
+
+def _check_tool_calls(calls: Any, i: int) -> None:
+    """400 unless ``calls`` is None or OpenAI's ``tool_calls``: a list of
+    ``{"function": {"name": str, "arguments": str | object}}`` (``id`` and ``type`` optional)."""
+    if calls is None:
+        return
+    where = f"messages[{i}].tool_calls"
+    if not isinstance(calls, list):
+        raise ApiError(400, f"{where} must be a list of tool calls", param=where)
+    for k, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ApiError(
+                400,
+                f'{where}[{k}] must look like {{"type": "function", "function": {{"name": ..., '
+                '"arguments": "{...}"}}',
+                param=f"{where}[{k}]",
+            )
+        if not isinstance(fn.get("arguments", ""), str | dict):
+            raise ApiError(
+                400, f"{where}[{k}].function.arguments must be a JSON string", param=f"{where}[{k}]"
+            )
+        if not isinstance(call.get("id", ""), str):
+            raise ApiError(400, f"{where}[{k}].id must be a string", param=f"{where}[{k}].id")
+
+
+def prompt_chars(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+    """How many characters of text a chat prompt holds (contents, tool calls, tools)."""
+    n = sum(len(m["content"] or "") for m in messages)
+    n += sum(len(json.dumps(m["tool_calls"])) for m in messages if m.get("tool_calls"))
+    return n + (len(json.dumps(tools)) if tools else 0)
 
 
 def _renderable(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -97,16 +136,24 @@ def prompt_ids_for(
             )
             return base + delta, len(base)
         return renderer.encode_prompt(_renderable(messages), tools), 0
-    except TemplateError as exc:
+    except (TemplateError, ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        # The template met data it cannot take (a ConfigError is a ValueError): the request's
+        # messages or tools, so the client's to fix.
+        log.info("chat template failed on a request: %s: %s", type(exc).__name__, exc)
         raise ApiError(
-            400, f"the chat template cannot render these messages: {exc}", param="messages"
+            400,
+            f"the chat template cannot render these messages: {type(exc).__name__}: {str(exc)[:300]}",
+            param="messages",
         ) from exc
 
 
 def split_tool_calls(parser: Any, text: str) -> tuple[str | None, list[dict[str, Any]]]:
     """Content without the tool-call markup, and the calls as OpenAI ``tool_calls``. Text with
     no readable call is returned whole as content (a broken call stays visible to the agent)."""
-    result = parser.parse(text)
+    try:
+        result = parser.parse(text)
+    except RecursionError:  # arguments nested past what the JSON parser takes: not a call
+        return text, []
     if not result.calls:
         return text, []
     calls = [

@@ -4,12 +4,14 @@ store, and the wire-format helpers for usage and logprobs."""
 from __future__ import annotations
 
 import asyncio
-import json
+import concurrent.futures
+import functools
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from skyrl_agent.chat import ChatRenderer
+from skyrl_agent.server._guard import render_json
 from skyrl_agent.server._protocol import ApiError, token_text
 from skyrl_agent.server.sessions import SessionStore
 from skyrl_agent.server.types import ServerConfig
@@ -28,9 +30,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 class Core:
-    """Everything a request needs: the policy, the renderer, the tool parser, the store."""
+    """Everything a request needs: the policy, the renderer, the tool parser, the store, and
+    one worker thread for tokenizing (and other CPU work whose cost grows with a request), so
+    the event loop keeps answering other clients meanwhile."""
 
     def __init__(self, policy: Policy, config: ServerConfig, store: SessionStore) -> None:
         from skyrl_gym.tools.parsers import get_parser
@@ -44,6 +50,30 @@ class Core:
             eos.add(int(self.tok.eos_token_id))
         self.eos_ids = eos
         self.vocab = len(self.tok)
+        # One thread: the renderer's caches and a fast tokenizer are not safe to share across
+        # threads, and one thread bounds the memory that concurrent large prompts hold.
+        self._cpu = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="skyrl-serve-tokenize")
+
+    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the tokenizing thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._cpu, functools.partial(fn, *args))
+
+    def close(self) -> None:
+        """Stop the tokenizing thread. Idempotent."""
+        self._cpu.shutdown(wait=False, cancel_futures=True)
+
+    def check_prompt_chars(self, chars: int, param: str) -> None:
+        """400 naming the limit for prompt text longer than the server takes (before tokenizing)."""
+        limit = self.config.prompt_char_limit
+        if chars > limit:
+            raise ApiError(
+                400,
+                f"the prompt has {chars} characters, more than this server's limit of {limit} "
+                f"(ServerConfig.max_prompt_chars; the context is {self.config.max_model_len} tokens); "
+                "send a shorter prompt",
+                param=param,
+                code="context_length_exceeded",
+            )
 
     def check_model(self, model: str) -> None:
         if model != self.config.model_name:
@@ -111,7 +141,8 @@ def usage_of(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 
 def sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+    """One server-sent event (rendered like every JSON answer: never an invalid number)."""
+    return f"data: {render_json(obj).decode()}\n\n"
 
 
 def include_usage(stream_options: dict[str, Any] | None) -> bool:

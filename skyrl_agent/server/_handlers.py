@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from skyrl_agent.server._chat import normalize_messages, prompt_ids_for, split_tool_calls
+from skyrl_agent.server._chat import normalize_messages, prompt_chars, prompt_ids_for, split_tool_calls
 from skyrl_agent.server._core import (
     Core,
     chat_logprobs,
@@ -24,6 +24,7 @@ from skyrl_agent.server._protocol import (
     ApiError,
     ChatRequest,
     CompletionRequest,
+    check_json_values,
     check_unsupported,
     sampling_of,
     token_pieces,
@@ -37,6 +38,7 @@ __all__ = ["chat", "complete"]
 
 # --------------------------------------------------------------------------- chat
 async def chat(core: Core, req: ChatRequest, session_header: str | None) -> tuple[dict[str, Any], Any]:
+    check_json_values(req)
     core.check_model(req.model)
     check_unsupported(req)
     if req.n > core.config.max_n:
@@ -55,9 +57,9 @@ async def chat(core: Core, req: ChatRequest, session_header: str | None) -> tupl
         raise ApiError(400, "response_format other than text is not supported", param="response_format")
     messages = normalize_messages(req.messages)
     tools = req.tools or None
+    core.check_prompt_chars(prompt_chars(messages, tools), "messages")
     session = core.session_of(session_header, req.user)
-    cont = core.store.find_continuation(session, messages, tools)
-    prompt_ids, reused = prompt_ids_for(core.renderer, messages, tools, cont)
+    prompt_ids, reused = await core.off_loop(_chat_prompt, core, session, messages, tools)
     asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     max_tokens = core.max_tokens(len(prompt_ids), asked)
     rid = f"chatcmpl-{uuid.uuid4().hex}"
@@ -134,6 +136,13 @@ async def chat(core: Core, req: ChatRequest, session_header: str | None) -> tupl
     return body, None
 
 
+def _chat_prompt(
+    core: Core, session: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> tuple[list[int], int]:
+    cont = core.store.find_continuation(session, messages, tools)
+    return prompt_ids_for(core.renderer, messages, tools, cont)
+
+
 async def _chat_stream(
     core: Core, req: ChatRequest, call: CallRecord, outs: list[GenerateOutput], created: int
 ) -> AsyncIterator[str]:
@@ -158,7 +167,9 @@ async def _chat_stream(
             for k, tc in enumerate(calls):
                 yield chunk(i, {"tool_calls": [{"index": k, **tc}]})
         else:
-            pieces = token_pieces(core.tok, out.token_ids, rec.text, req.skip_special_tokens)
+            pieces = await core.off_loop(
+                token_pieces, core.tok, out.token_ids, rec.text, req.skip_special_tokens
+            )
             for k, piece in enumerate(pieces):
                 if piece or lps is not None:
                     lp = (
@@ -183,7 +194,8 @@ async def _chat_stream(
 
 
 # --------------------------------------------------------------------------- completions
-def _prompts(core: Core, prompt: Any) -> list[list[int]]:
+def _prompt_items(core: Core, prompt: Any, n: int) -> list[str | list[int]]:
+    """The request's prompts (text or token ids), checked for count and size before tokenizing."""
     if isinstance(prompt, str):
         items: list[Any] = [prompt]
     elif prompt and all(isinstance(p, int) for p in prompt):
@@ -192,6 +204,26 @@ def _prompts(core: Core, prompt: Any) -> list[list[int]]:
         items = list(prompt)
     if not items:
         raise ApiError(400, "prompt is empty", param="prompt")
+    if len(items) * n > core.config.max_n:
+        raise ApiError(
+            400,
+            f"{len(items)} prompts x n={n} samples is more than this server's max_n of "
+            f"{core.config.max_n} sequences per request; send fewer prompts or a smaller n",
+            param="prompt",
+        )
+    core.check_prompt_chars(sum(len(p) for p in items if isinstance(p, str)), "prompt")
+    for p in items:
+        if not isinstance(p, str) and len(p) >= core.config.max_model_len:
+            raise ApiError(
+                400,
+                f"a prompt has {len(p)} tokens; this model's context is {core.config.max_model_len}",
+                code="context_length_exceeded",
+                param="prompt",
+            )
+    return items
+
+
+def _tokenize(core: Core, items: list[str | list[int]]) -> list[list[int]]:
     out = []
     for p in items:
         ids = core.tok.encode(p) if isinstance(p, str) else list(p)
@@ -209,6 +241,7 @@ def _prompts(core: Core, prompt: Any) -> list[list[int]]:
 async def complete(
     core: Core, req: CompletionRequest, session_header: str | None
 ) -> tuple[dict[str, Any], Any]:
+    check_json_values(req)
     core.check_model(req.model)
     check_unsupported(req)
     if req.n > core.config.max_n:
@@ -220,7 +253,7 @@ async def complete(
         raise ApiError(400, "suffix is not supported", param="suffix")
     if req.best_of is not None and req.best_of != req.n:
         raise ApiError(400, "best_of other than n is not supported", param="best_of")
-    prompts = _prompts(core, req.prompt)
+    prompts = await core.off_loop(_tokenize, core, _prompt_items(core, req.prompt, req.n))
     limits = [core.max_tokens(len(p), req.max_tokens) for p in prompts]
     rid = f"cmpl-{uuid.uuid4().hex}"
     requests = [
@@ -296,7 +329,9 @@ async def _completion_stream(
 ) -> AsyncIterator[str]:
     head = {"id": rid, "object": "text_completion", "created": created, "model": core.config.model_name}
     for c, out in choices:
-        pieces = token_pieces(core.tok, out.token_ids, c["text"], req.skip_special_tokens)
+        pieces = await core.off_loop(
+            token_pieces, core.tok, out.token_ids, c["text"], req.skip_special_tokens
+        )
         lps = c["logprobs"]
         for k, piece in enumerate(pieces):
             if not piece and lps is None:

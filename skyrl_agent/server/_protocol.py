@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
-from skyrl_agent.types import SamplingParams
+from skyrl_agent.types import FLOAT32_TINY, SamplingParams
 
-__all__ = ["ApiError", "ChatRequest", "CompletionRequest", "sampling_of", "visible_text"]
+__all__ = [
+    "ApiError",
+    "ChatRequest",
+    "CompletionRequest",
+    "MAX_JSON_DEPTH",
+    "check_json_values",
+    "sampling_of",
+    "visible_text",
+]
+
+#: Deepest nesting of JSON values accepted in a request (deeper gets 400).
+MAX_JSON_DEPTH = 64
+#: The range of a request's ``seed``: a signed 64-bit integer, as OpenAI's API has it.
+SEED_RANGE = (-(2**63), 2**63 - 1)
+#: Largest ``top_k`` (and ``stop_token_ids`` entry): a signed 32-bit integer.
+INT32_MAX = 2**31 - 1
 
 
 class ApiError(Exception):
@@ -31,20 +46,47 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+#: Most stop strings per request, and most characters in one: every new token is checked
+#: against them, so they cost every request of the batch.
+MAX_STOPS, MAX_STOP_CHARS = 16, 256
+_Stop = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+
+
+def _check_top_p(value: float) -> float:
+    if not FLOAT32_TINY <= value <= 1:
+        raise ValueError(
+            f"top_p must be in (0, 1] and at least {FLOAT32_TINY:.3g} (smaller values underflow "
+            "float32); use temperature=0 for greedy decoding"
+        )
+    return value
+
+
+_TopP = Annotated[
+    float,
+    AfterValidator(_check_top_p),
+    WithJsonSchema({"type": "number", "minimum": FLOAT32_TINY, "maximum": 1}),
+]
+
+
 class _Request(BaseModel):
     # Unknown fields are ignored (clients send many: metadata, parallel_tool_calls, ...); known
-    # fields of the wrong type are a 400.
-    model_config = ConfigDict(extra="allow")
+    # fields of the wrong type or out of range are a 400 that names the field. NaN and infinity
+    # (which Python's JSON parser reads) are refused in every number field.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     model: str
-    n: int = Field(1, ge=1)
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    seed: int | None = None
+    n: int = Field(1, ge=1, description="Samples per prompt (at most the server's max_n).")
+    max_tokens: int | None = Field(
+        None, ge=1, description="New tokens per sample; prompt plus max_tokens must fit the context."
+    )
+    temperature: float | None = Field(None, ge=0, le=2, description="0 (or below 1e-5) is greedy.")
+    top_p: _TopP | None = Field(
+        None, description="Nucleus sampling mass in (0, 1]; below float32's range is refused."
+    )
+    top_k: int | None = Field(None, ge=-1, le=INT32_MAX, description="-1 or 0 turns the filter off.")
+    stop: _Stop | Annotated[list[_Stop], Field(max_length=MAX_STOPS)] | None = None
+    stop_token_ids: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] | None = Field(None, max_length=1024)
+    seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1], description="A signed 64-bit integer.")
     stream: bool | None = False
     stream_options: dict[str, Any] | None = None
     user: str | None = None
@@ -58,10 +100,47 @@ class _Request(BaseModel):
     return_tokens_as_token_ids: bool = False
 
 
+_TEXT_PART = {
+    "type": "object",
+    "required": ["type", "text"],
+    "properties": {"type": {"enum": ["text"]}, "text": {"type": "string"}},
+}
+#: What the document says a message is; the handler checks it (see ``_chat.normalize_messages``).
+MESSAGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["role"],
+    "properties": {
+        "role": {"enum": ["system", "developer", "user", "assistant", "tool", "function"]},
+        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}, {"type": "null"}]},
+        "name": {"type": "string"},
+        "tool_call_id": {"type": "string"},
+        "tool_calls": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["function"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "type": {"enum": ["function"]},
+                    "function": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "arguments": {"anyOf": [{"type": "string"}, {"type": "object"}]},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
 class ChatRequest(_Request):
     """``POST /v1/chat/completions``."""
 
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: list[dict[str, Any]] = Field(min_length=1, json_schema_extra={"items": MESSAGE_SCHEMA})
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
@@ -78,6 +157,47 @@ class CompletionRequest(_Request):
     echo: bool | None = False
     suffix: str | None = None
     best_of: int | None = None
+
+
+def _surrogate_at(text: str) -> int | None:
+    """Index of the first lone UTF-16 surrogate in ``text`` (JSON can spell one, UTF-8 cannot)."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def check_json_values(req: BaseModel, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """400 naming the field for a string with a lone surrogate (no tokenizer, log or UTF-8
+    response can hold it) or for values nested deeper than ``max_depth``. Walks without
+    recursion, so no request can exhaust the stack."""
+    stack: list[tuple[Any, str, int]] = [(v, k, 1) for k, v in req]  # fields, then extra fields
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > max_depth:
+            raise ApiError(
+                400, f"{path} is nested deeper than {max_depth} levels; send flatter JSON", param=path
+            )
+        if isinstance(value, str):
+            at = _surrogate_at(value)
+            if at is not None:
+                raise ApiError(
+                    400,
+                    f"{path} holds a lone UTF-16 surrogate ({value[at]!r} at character {at}); "
+                    "send valid Unicode text (surrogates must come in pairs)",
+                    param=path,
+                )
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                key = str(k)
+                if _surrogate_at(key) is not None:
+                    raise ApiError(400, f"a key in {path} holds a lone UTF-16 surrogate", param=path)
+                stack.append((v, f"{path}.{key}" if len(key) < 64 else f"{path}.<key>", depth + 1))
+        elif isinstance(value, list | tuple):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
 
 
 def check_unsupported(req: _Request) -> None:
@@ -98,7 +218,7 @@ def sampling_of(req: _Request, max_tokens: int, index: int, top_logprobs: int = 
         return SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
-            top_k=max(0, req.top_k or 0),
+            top_k=max(0, req.top_k or 0),  # -1 (vLLM) and 0 both turn it off
             max_tokens=max_tokens,
             stop=tuple(s for s in stop if s),
             stop_token_ids=tuple(req.stop_token_ids or ()),
@@ -106,8 +226,9 @@ def sampling_of(req: _Request, max_tokens: int, index: int, top_logprobs: int = 
             logprobs=True,  # always recorded for training, returned only when asked
             top_logprobs=top_logprobs,
         )
-    except ValueError as exc:
-        raise ApiError(400, str(exc)) from exc
+    except ValueError as exc:  # the request model's bounds should have caught it
+        field = str(exc).split(" ", 1)[0]
+        raise ApiError(400, str(exc), param=field if field in type(req).model_fields else None) from exc
 
 
 def visible_text(

@@ -51,6 +51,18 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=512, help="new tokens when a request sets none")
     p.add_argument("--max-batch-size", type=int, default=16, help="rows in one model call")
     p.add_argument(
+        "--max-request-bytes", type=int, default=16 * 2**20, help="largest request body (else 413)"
+    )
+    p.add_argument(
+        "--max-prompt-chars",
+        type=int,
+        default=None,
+        help="most prompt characters before tokenizing (default: 64 per token of context)",
+    )
+    p.add_argument(
+        "--request-timeout", type=float, default=600.0, help="deadline of one generation, seconds (else 504)"
+    )
+    p.add_argument(
         "--api-key", default=None, help="require this bearer token (default: $SKYRL_SERVE_API_KEY, else none)"
     )
     p.add_argument("--device", default="cpu")
@@ -96,6 +108,9 @@ def _serve(args: argparse.Namespace) -> int:
         chat_template=template,
         max_model_len=context,
         default_max_tokens=args.max_tokens,
+        max_request_bytes=args.max_request_bytes,
+        max_prompt_chars=args.max_prompt_chars,
+        request_timeout_s=args.request_timeout,
         api_key=args.api_key or os.environ.get("SKYRL_SERVE_API_KEY") or None,
     )
     try:

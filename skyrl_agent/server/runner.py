@@ -53,6 +53,9 @@ class ServerThread(AppThread):
             log_level=log_level,
         )
 
+    def _close(self) -> None:
+        self.app.state.core.close()
+
     @property
     def url(self) -> str:
         """The base URL clients take (``http://host:port/v1``)."""

@@ -31,13 +31,14 @@ __all__ = ["SessionStore", "calls_to_trajectories", "canonical_message", "Contin
 log = logging.getLogger(__name__)
 
 
-def _args(arguments: Any) -> Any:
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments)
-        except ValueError:
-            return arguments
-    return arguments
+def _args_key(arguments: Any) -> str:
+    """Tool-call arguments as canonical JSON (the raw text when it is not JSON, or nested too
+    deeply for the parser)."""
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) else arguments
+        return json.dumps(value, sort_keys=True)
+    except (ValueError, TypeError, RecursionError):
+        return arguments if isinstance(arguments, str) else repr(arguments)
 
 
 def canonical_message(message: dict[str, Any]) -> tuple[Any, ...]:
@@ -47,7 +48,7 @@ def canonical_message(message: dict[str, Any]) -> tuple[Any, ...]:
     calls = []
     for call in message.get("tool_calls") or []:
         fn = call.get("function", call) if isinstance(call, dict) else {}
-        calls.append((fn.get("name"), json.dumps(_args(fn.get("arguments")), sort_keys=True)))
+        calls.append((fn.get("name"), _args_key(fn.get("arguments"))))
     content = message.get("content")
     return (
         message.get("role"),

@@ -37,15 +37,43 @@ class ServerConfig:
     """When set, every ``/v1`` request must send ``Authorization: Bearer <api_key>`` (else 401)."""
     request_timeout_s: float = 600.0
     """Deadline of one generation; past it the request gets 504 and nothing is recorded."""
+    max_request_bytes: int = 16 * 2**20
+    """Largest request body accepted (16 MiB); a larger one gets 413 before it is parsed."""
+    body_timeout_s: float = 60.0
+    """Deadline for a request body to arrive once its headers have; a client that stalls
+    gets 408 and its connection closed, instead of holding it open for ever."""
+    max_prompt_chars: int | None = None
+    """Most characters of prompt text in one request (message contents, tools, completion
+    prompts), checked before tokenizing; more gets 400. None: 64 per token of
+    ``max_model_len`` (see :attr:`prompt_char_limit`). After tokenizing, the prompt must leave
+    room for at least one new token in ``max_model_len``."""
 
     def __post_init__(self) -> None:
         from skyrl_gym.errors import ConfigError
 
-        for name in ("max_model_len", "default_max_tokens", "max_n", "max_sessions", "max_calls_per_session"):
+        for name in (
+            "max_model_len",
+            "default_max_tokens",
+            "max_n",
+            "max_sessions",
+            "max_calls_per_session",
+            "max_request_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ServerConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.request_timeout_s <= 0:
-            raise ConfigError("ServerConfig.request_timeout_s must be positive seconds")
+        if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
+            raise ConfigError(
+                f"ServerConfig.max_prompt_chars must be >= 1 or None, got {self.max_prompt_chars}"
+            )
+        for name in ("request_timeout_s", "body_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"ServerConfig.{name} must be positive seconds, got {getattr(self, name)}")
+
+    @property
+    def prompt_char_limit(self) -> int:
+        """``max_prompt_chars``, or 64 characters per token of ``max_model_len`` when unset (no
+        real prompt that fits the context averages more than 64 characters a token)."""
+        return self.max_prompt_chars if self.max_prompt_chars is not None else 64 * self.max_model_len
 
 
 @dataclass
