@@ -2,21 +2,56 @@
 
 Routes answer JSON, except two results of ``retrieve_future`` (``ForwardBackwardOutput`` and
 ``SampleResponse``, protobuf) and the ``forward_backward`` request body (protobuf, maybe zstd).
-A failed request's future answers ``{"error": ..., "category": ...}`` with HTTP 200, which the
-client raises as ``tinker.RequestFailedError``; a synchronous route answers the same body with a
-4xx status. Anything else not served here gets a 404 in the same shape.
+Every JSON body is validated by its model in :mod:`integrations.tinker._requests`, which
+``/openapi.json`` shows.
+
+Every answer is a success or an error in Tinker's shape, ``{"error": ..., "category": ...}``:
+
+- a malformed request (a body that fails its schema, a broken protobuf) gets HTTP 400 whose
+  message names the field and what it must be; a body larger than ``max_request_bytes`` 413;
+- a well-formed request that cannot be served (an unknown base model, an unsupported loss, a
+  missing checkpoint) fails its future: ``retrieve_future`` answers the error with HTTP 200, which
+  the client raises as ``tinker.RequestFailedError``; a synchronous route answers it with its
+  4xx status (404 unknown ids, 409 not ready, 410 closed session);
+- anything not served here gets a 404 (405 for a known path with the wrong method);
+- a bug in the server gets a 500 in the same shape (category ``server``) and is logged; it
+  never escapes as a plain-text 500.
+
+The OpenAPI document lists each route's request body and exactly these status codes.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations.
 
+import json
+import logging
 from typing import Any
 
-from integrations.tinker._wire import decode_body, model_input_tokens, parse_forward_backward
+from integrations.tinker._requests import (
+    CreateModelBody,
+    CreateSamplingSessionBody,
+    CreateSessionBody,
+    ErrorBody,
+    FinishBody,
+    LoadWeightsBody,
+    ModelIdBody,
+    OptimStepBody,
+    RequestIdBody,
+    SampleBody,
+    SaveWeightsBody,
+    SaveWeightsForSamplerBody,
+    SdkVersionBody,
+    SessionBody,
+    TelemetryBody,
+    validation_message,
+)
+from integrations.tinker._wire import decode_body, parse_forward_backward
 from integrations.tinker.state import ServerState
-from integrations.tinker.types import TinkerRequestError
+from integrations.tinker.types import ErrorCategory, TinkerRequestError
 from skyrl_gym.errors import require
 
 __all__ = ["build_app", "CLIENT_CONFIG"]
+
+log = logging.getLogger(__name__)
 
 #: The feature flags sent to the client (``/client/config``): plain HTTP transport, no JWT
 #: exchange, uncompressed fwd/bwd bodies (zstd is accepted too), per-request future polling.
@@ -30,33 +65,129 @@ CLIENT_CONFIG: dict[str, Any] = {
     "custom_loss_server_side": False,
 }
 
+_STATUS_TEXT = {
+    400: "The request is malformed: the message names the field and what it must be.",
+    404: "An unknown (or closed) session, model, sampler or checkpoint.",
+    409: "The model is still being created.",
+    410: "The session is closed.",
+    413: "The request body is larger than the server's max_request_bytes.",
+}
+_PROTOBUF = {"schema": {"type": "string", "format": "binary"}}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` entry documenting error statuses ``codes`` (400 and 413 always)."""
+    return {c: {"model": ErrorBody, "description": _STATUS_TEXT[c]} for c in sorted({400, 413, *codes})}
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+_TOO_LARGE = "skyrl.tinker.body_too_large"
+
+
+class _BodyLimit:
+    """ASGI middleware: a request body larger than ``limit`` bytes gets a 413 (at once when its
+    ``Content-Length`` says so, else when reading it passes the limit)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await _send_json(send, 413, _too_large(self.limit))
+            return
+        seen = 0
+
+        async def limited() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message.get("type") == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    scope[_TOO_LARGE] = True  # FastAPI turns the error into a 400; the handler looks here
+                    raise _BodyTooLarge
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _too_large(limit: int) -> dict[str, str]:
+    return {
+        "error": f"the request body is larger than this server's max_request_bytes ({limit}); send less per request",
+        "category": "user",
+    }
+
+
+async def _send_json(send: Any, status: int, body: dict[str, Any]) -> None:
+    raw = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": raw})
+
 
 def build_app(state: ServerState) -> Any:
     """The FastAPI app over ``state`` (``tinker`` extra); ``app.state.tinker`` is ``state``."""
     fastapi: Any = require("fastapi", "tinker", "the Tinker-compatible server")
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
+    from starlette.exceptions import HTTPException
 
     app = fastapi.FastAPI(title="skyrl Tinker-compatible server", version="1")
     app.state.tinker = state
     config = state.config
 
+    def error(message: str, status: int, category: ErrorCategory = ErrorCategory.USER) -> Any:
+        return JSONResponse({"error": message, "category": category.value}, status_code=status)
+
     @app.exception_handler(TinkerRequestError)
     async def _request_error(request: Any, exc: TinkerRequestError) -> Any:
         return JSONResponse(exc.body(), status_code=exc.status)
 
-    @app.exception_handler(404)
-    async def _not_found(request: Any, exc: Any) -> Any:
-        message = f"{request.method} {request.url.path} is not supported by this Tinker-compatible server"
-        return JSONResponse({"error": message, "category": "user"}, status_code=404)
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(request: Any, exc: Any) -> Any:
+        route = request.url.path.removeprefix("/api/v1/")
+        return error(validation_message(route, exc.errors()), 400)
 
-    async def body_of(request: Any) -> dict[str, Any]:
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Any, exc: Any) -> Any:
+        if request.scope.get(_TOO_LARGE):
+            return JSONResponse(_too_large(config.max_request_bytes), status_code=413)
+        if exc.status_code == 404:
+            message = f"{request.method} {request.url.path} is not supported by this Tinker-compatible server"
+        elif exc.status_code == 405:
+            message = (
+                f"{request.method} is not allowed on {request.url.path}; see /openapi.json for its method"
+            )
+        else:
+            message = f"{request.method} {request.url.path}: {exc.detail}"
+        return error(message, exc.status_code)
+
+    @app.middleware("http")
+    async def _record(request: fastapi.Request, call_next: Any) -> Any:
         try:
-            body = await request.json()
-        except ValueError:
-            raise TinkerRequestError("the request body is not JSON") from None
-        if not isinstance(body, dict):
-            raise TinkerRequestError("the request body must be a JSON object")
-        return body
+            response = await call_next(request)
+        except Exception as exc:  # noqa: BLE001 - a bug: logged, and answered in Tinker's shape
+            if request.scope.get(_TOO_LARGE):  # raised while reading the body (maybe in a group)
+                response = JSONResponse(_too_large(config.max_request_bytes), status_code=413)
+            else:
+                log.exception("%s %s failed", request.method, request.url.path)
+                response = error(
+                    f"{request.method} {request.url.path} failed on the server ({type(exc).__name__}); "
+                    "this is a bug in the server, its log has the details",
+                    500,
+                    ErrorCategory.SERVER,
+                )
+        route = request.scope.get("route")
+        state.requests.append(
+            (request.method, getattr(route, "path", request.url.path), response.status_code)
+        )
+        return response
 
     def future(rid: str, **extra: Any) -> dict[str, Any]:
         return {"request_id": rid, **extra}
@@ -66,49 +197,38 @@ def build_app(state: ServerState) -> Any:
     async def healthz() -> Any:
         return {"status": "ok"}
 
-    @app.middleware("http")
-    async def _record(request: fastapi.Request, call_next: Any) -> Any:
-        response = await call_next(request)
-        route = request.scope.get("route")
-        state.requests.append(
-            (request.method, getattr(route, "path", request.url.path), response.status_code)
-        )
-        return response
-
-    @app.post("/api/v1/client/config")
-    async def client_config(request: fastapi.Request) -> Any:
+    @app.post("/api/v1/client/config", responses=_errors())
+    async def client_config(body: SdkVersionBody | None = None) -> Any:
         return {**CLIENT_CONFIG, **dict(config.client_flags)}
 
-    @app.post("/api/v1/client/dynamic_config")
-    async def dynamic_config(request: fastapi.Request) -> Any:
+    @app.post("/api/v1/client/dynamic_config", responses=_errors())
+    async def dynamic_config(body: SdkVersionBody | None = None) -> Any:
         return {
             "refresh_interval_sec": 300,
-            "sample_cancel_enabled": False,
+            "sample_cancel_enabled": True,  # the client cancels the sampling requests it abandons
             "sample_cancel_max_batch_size": 64,
         }
 
-    @app.post("/api/v1/create_session")
-    async def create_session(request: fastapi.Request) -> Any:
-        body = await body_of(request)
-        session = state.create_session(str(body.get("sdk_version", "")), list(body.get("tags") or []))
+    @app.post("/api/v1/create_session", responses=_errors())
+    async def create_session(body: CreateSessionBody) -> Any:
+        session = state.create_session(body.sdk_version, body.tags)
         return {"type": "create_session", "session_id": session.session_id}
 
-    @app.post("/api/v1/session_heartbeat")
-    async def heartbeat(request: fastapi.Request) -> Any:
-        body = await body_of(request)
-        sid = str(body.get("session_id", ""))
+    @app.post("/api/v1/session_heartbeat", responses=_errors(410))
+    async def heartbeat(body: SessionBody) -> Any:
+        sid = body.session_id
         if sid not in state.sessions or state.sessions[sid].finished:
-            return JSONResponse({"error": f"session {sid!r} is closed", "category": "user"}, status_code=410)
+            return error(f"session {sid!r} is closed; create a new ServiceClient", 410)
         state.session(sid)
         return {"type": "session_heartbeat"}
 
-    @app.post("/api/v1/sessions/{session_id}/finish")
-    async def finish(session_id: str) -> Any:
+    @app.post("/api/v1/sessions/{session_id}/finish", responses=_errors())
+    async def finish(session_id: str, body: FinishBody | None = None) -> Any:
         state.finish_session(session_id)
         return {"status": "finished"}
 
-    @app.post("/api/v1/telemetry")
-    async def telemetry(request: fastapi.Request) -> Any:
+    @app.post("/api/v1/telemetry", responses=_errors())
+    async def telemetry(body: TelemetryBody | None = None) -> Any:
         return {"status": "accepted"}
 
     @app.get("/api/v1/get_server_capabilities")
@@ -117,63 +237,71 @@ def build_app(state: ServerState) -> Any:
         return {"supported_models": [{"model_name": n, "trainable": True, "sampleable": True} for n in names]}
 
     # ------------------------------------------------------------------ training
-    @app.post("/api/v1/create_model")
-    async def create_model(request: fastapi.Request) -> Any:
-        body = await body_of(request)
+    @app.post("/api/v1/create_model", responses=_errors())
+    async def create_model(body: CreateModelBody) -> Any:
         try:
             rid = state.submit_create_model(body)
         except TinkerRequestError as exc:  # reported through the future: RequestFailedError
             rid = state.futures.failed("create_model", exc)
-        return future(rid, model_id=f"{body.get('session_id')}:train:{body.get('model_seq_id')}")
+        return future(rid, model_id=f"{body.session_id}:train:{body.model_seq_id}")
 
-    @app.post("/api/v1/get_info")
-    async def get_info(request: fastapi.Request) -> Any:
-        body = await body_of(request)
-        return state.info(str(body.get("model_id", "")))
+    @app.post("/api/v1/get_info", responses=_errors(404, 409))
+    async def get_info(body: ModelIdBody) -> Any:
+        return state.info(body.model_id)
 
-    @app.post("/api/v1/forward_backward")
+    @app.post(
+        "/api/v1/forward_backward",
+        responses=_errors(),
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "description": "a tinker ForwardBackwardRequest protobuf (Content-Encoding: zstd allowed)",
+                "content": {"application/x-protobuf": _PROTOBUF},
+            }
+        },
+    )
     async def forward_backward(request: fastapi.Request) -> Any:
-        raw = decode_body(
-            await request.body(), request.headers.get("content-encoding"), config.max_request_bytes
-        )
         if "json" in request.headers.get("content-type", ""):
             raise TinkerRequestError(
                 "forward_backward takes a protobuf body (tinker >= 0.25); upgrade the tinker client"
             )
-        req = parse_forward_backward(raw)
+        raw = decode_body(
+            await request.body(), request.headers.get("content-encoding"), config.max_request_bytes
+        )
+        if not raw:
+            raise TinkerRequestError(
+                "forward_backward needs a body: a ForwardBackwardRequest protobuf (Content-Type: "
+                "application/x-protobuf), as the tinker client sends"
+            )
+        req = parse_forward_backward(raw, config.max_request_bytes)
         return future(state.submit_forward_backward(req), model_id=req.model_id)
 
-    @app.post("/api/v1/forward")
-    async def forward_json(request: fastapi.Request) -> Any:
+    @app.post("/api/v1/forward", responses=_errors())
+    async def forward_json() -> Any:
         raise TinkerRequestError(
             "the JSON /forward route of tinker < 0.25 is not supported; upgrade the tinker client "
             "(forward passes go to /forward_backward with forward_only)"
         )
 
-    @app.post("/api/v1/optim_step")
-    async def optim_step(request: fastapi.Request) -> Any:
-        body = await body_of(request)
-        return future(state.submit_optim_step(body), model_id=body.get("model_id"))
+    @app.post("/api/v1/optim_step", responses=_errors())
+    async def optim_step(body: OptimStepBody) -> Any:
+        return future(state.submit_optim_step(body), model_id=body.model_id)
 
-    @app.post("/api/v1/save_weights")
-    async def save_weights(request: fastapi.Request) -> Any:
-        body = await body_of(request)
-        return future(state.submit_save_state(body), model_id=body.get("model_id"))
+    @app.post("/api/v1/save_weights", responses=_errors())
+    async def save_weights(body: SaveWeightsBody) -> Any:
+        return future(state.submit_save_state(body), model_id=body.model_id)
 
-    @app.post("/api/v1/save_weights_for_sampler")
-    async def save_weights_for_sampler(request: fastapi.Request) -> Any:
-        body = await body_of(request)
-        return future(state.submit_save_for_sampler(body), model_id=body.get("model_id"))
+    @app.post("/api/v1/save_weights_for_sampler", responses=_errors())
+    async def save_weights_for_sampler(body: SaveWeightsForSamplerBody) -> Any:
+        return future(state.submit_save_for_sampler(body), model_id=body.model_id)
 
-    @app.post("/api/v1/load_weights")
-    async def load_weights(request: fastapi.Request) -> Any:
-        body = await body_of(request)
+    @app.post("/api/v1/load_weights", responses=_errors())
+    async def load_weights(body: LoadWeightsBody) -> Any:
         return future(state.submit_load_weights(body))
 
-    @app.post("/api/v1/unload_model")
-    async def unload_model(request: fastapi.Request) -> Any:
-        body = await body_of(request)
-        model_id = str(body.get("model_id", ""))
+    @app.post("/api/v1/unload_model", responses=_errors(404))
+    async def unload_model(body: ModelIdBody) -> Any:
+        model_id = body.model_id
         record = state.model(model_id)
         state.models.pop(model_id, None)
         state.scheduler.close_model(model_id)
@@ -185,13 +313,12 @@ def build_app(state: ServerState) -> Any:
         return future(rid, model_id=model_id)
 
     # ------------------------------------------------------------------ sampling
-    @app.post("/api/v1/create_sampling_session")
-    async def create_sampling_session(request: fastapi.Request) -> Any:
-        body = await body_of(request)
+    @app.post("/api/v1/create_sampling_session", responses=_errors(404))
+    async def create_sampling_session(body: CreateSamplingSessionBody) -> Any:
         sid = state.create_sampling_session(body)
         return {"type": "create_sampling_session", "sampling_session_id": sid}
 
-    @app.get("/api/v1/samplers/{sampler_id}")
+    @app.get("/api/v1/samplers/{sampler_id}", responses=_errors(404))
     async def get_sampler(sampler_id: str) -> Any:
         found = state.sampling_session(sampler_id)
         return {
@@ -200,23 +327,30 @@ def build_app(state: ServerState) -> Any:
             "model_path": found.snapshot.model_path,
         }
 
-    @app.post("/api/v1/asample")
-    async def asample(request: fastapi.Request) -> Any:
-        body = await body_of(request)
-        n = body.get("num_samples", 1)
+    @app.post("/api/v1/asample", responses=_errors())
+    async def asample(body: SampleBody) -> Any:
+        state.check_num_samples(body)  # a 400 before one sequence id per sample is made
         try:
-            prompt = model_input_tokens(body.get("prompt"))
-            rid, ids = state.submit_sample(body, prompt)
+            rid, ids = state.submit_sample(body)
         except TinkerRequestError as exc:  # reported through the future, like the real service
             rid = state.futures.failed("sample", exc)
-            ids = [f"{rid}:{i}" for i in range(n if isinstance(n, int) and n > 0 else 1)]
+            ids = [f"{rid}:{i}" for i in range(body.num_samples)]
         return future(rid, sample_sequence_ids=ids)
 
     # ------------------------------------------------------------------ futures
-    @app.post("/api/v1/retrieve_future")
-    async def retrieve_future(request: fastapi.Request) -> Any:
-        body = await body_of(request)
-        rid = str(body.get("request_id", ""))
+    @app.post(
+        "/api/v1/retrieve_future",
+        responses={
+            200: {
+                "description": "the result (JSON, or protobuf for forward_backward and sample results), "
+                '{"type": "try_again"} while pending, or the failed request\'s error',
+                "content": {"application/x-protobuf": _PROTOBUF},
+            },
+            **_errors(),
+        },
+    )
+    async def retrieve_future(body: RequestIdBody) -> Any:
+        rid = body.request_id
         state.scheduler.skip_stale_gaps()
         try:
             entry = await state.futures.wait(rid, config.long_poll_s)
@@ -230,4 +364,31 @@ def build_app(state: ServerState) -> Any:
             return Response(entry.result, media_type="application/x-protobuf")
         return entry.result
 
+    @app.post("/api/v1/cancel_future", responses=_errors())
+    async def cancel_future(body: RequestIdBody) -> Any:
+        """Stop a request's job (idempotent: an unknown or finished request has nothing to stop)."""
+        known = state.futures.cancel(body.request_id)
+        return {"request_id": body.request_id, "status": "cancel_requested" if known else "unknown"}
+
+    _document_errors_as_400(app)
+    app.add_middleware(_BodyLimit, limit=config.max_request_bytes)  # outermost: before any body is read
     return app
+
+
+def _document_errors_as_400(app: Any) -> None:
+    """Make ``/openapi.json`` say what the server answers: invalid bodies get 400 in Tinker's
+    error shape (FastAPI documents 422 with its own shape, which this server never sends)."""
+    from fastapi.openapi.utils import get_openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            for item in schema.get("paths", {}).values():
+                for operation in item.values():
+                    operation.get("responses", {}).pop("422", None)
+            for name in ("HTTPValidationError", "ValidationError"):
+                schema.get("components", {}).get("schemas", {}).pop(name, None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi

@@ -5,11 +5,17 @@
 ``optimizer.pt`` (AdamW's state, ``weights`` kind only) and ``meta.json`` (base model, LoRA
 config, steps). A checkpoint is written to a temporary directory and renamed into place, so a
 half-written one is never found.
+
+A ``tinker://`` path only ever names a directory inside ``checkpoint_dir``: its parts are plain
+names (:meth:`~integrations.tinker.types.TinkerPath.parse`), and the directory it resolves to,
+symlinks followed, must still be inside ``checkpoint_dir``. Errors name the ``tinker://`` path,
+never a path on the host.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass
@@ -24,6 +30,8 @@ from integrations.tinker.types import CheckpointKind, LoraSpec, TinkerPath, Tink
 __all__ = ["StoredCheckpoint", "save", "load", "local_dir"]
 
 _FORMAT = "skyrl-tinker-checkpoint-1"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,8 +49,16 @@ class StoredCheckpoint:
 
 
 def local_dir(root: str | os.PathLike[str], path: TinkerPath) -> Path:
-    """Where ``path`` is stored under ``root``."""
-    return Path(root) / path.model_id / path.kind.value / path.name
+    """Where ``path`` is stored under ``root``; a request error (404) if that directory, with
+    symlinks resolved, is not inside ``root``."""
+    base = Path(root).resolve()
+    where = (base / path.model_id / path.kind.value / path.name).resolve()
+    if not where.is_relative_to(base) or where == base:  # a symlink inside leads out
+        raise TinkerRequestError(
+            f"checkpoint path {path} leads outside this server's checkpoint directory; use another name",
+            status=404,
+        )
+    return where
 
 
 def save(
@@ -84,24 +100,31 @@ def load(root: str | os.PathLike[str], path: TinkerPath, with_optimizer: bool) -
     """Read the checkpoint at ``path``; the optimizer state only when asked (``weights`` kind)."""
     where = local_dir(root, path)
     meta_file = where / "meta.json"
-    if not meta_file.exists():
-        raise TinkerRequestError(f"no checkpoint at {path} (looked in {where})", status=404)
-    meta = json.loads(meta_file.read_text())
-    if meta.get("format") != _FORMAT:
-        raise TinkerRequestError(
-            f"{where} is not a checkpoint of this server (format {meta.get('format')!r})"
+    if not meta_file.is_file():
+        raise TinkerRequestError(f"no checkpoint at {path}", status=404)
+    try:
+        meta = json.loads(meta_file.read_text())
+        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+            raise TinkerRequestError(f"{path} is not a checkpoint of this server; save it again")
+        optimizer = None
+        if with_optimizer:
+            opt_file = where / "optimizer.pt"
+            if not opt_file.is_file():
+                raise TinkerRequestError(
+                    f"{path} holds no optimizer state (only save_state checkpoints do); load it without "
+                    "the optimizer"
+                )
+            optimizer = torch.load(opt_file, map_location="cpu", weights_only=True)
+        lora = LoraSpec(**meta["lora"]) if meta.get("lora") else None
+        weights = torch.load(where / "weights.pt", map_location="cpu", weights_only=True)
+        version = meta_file.stat().st_mtime_ns
+        return StoredCheckpoint(
+            path, str(meta["base_model"]), lora, int(meta.get("steps", 0)), weights, optimizer, version
         )
-    optimizer = None
-    if with_optimizer:
-        opt_file = where / "optimizer.pt"
-        if not opt_file.exists():
-            raise TinkerRequestError(
-                f"{path} holds no optimizer state (only save_state checkpoints do); load it without the optimizer"
-            )
-        optimizer = torch.load(opt_file, map_location="cpu", weights_only=True)
-    lora = LoraSpec(**meta["lora"]) if meta.get("lora") else None
-    weights = torch.load(where / "weights.pt", map_location="cpu", weights_only=True)
-    version = meta_file.stat().st_mtime_ns
-    return StoredCheckpoint(
-        path, meta["base_model"], lora, int(meta.get("steps", 0)), weights, optimizer, version
-    )
+    except TinkerRequestError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a damaged checkpoint; the client sees no host path
+        log.warning("checkpoint %s in %s cannot be read", path, where, exc_info=exc)
+        raise TinkerRequestError(
+            f"checkpoint {path} is damaged and cannot be read ({type(exc).__name__}); save it again"
+        ) from None

@@ -10,6 +10,14 @@ order: the client sends the chunks of one ``forward_backward`` concurrently, the
 so a request waits until every request with a lower ``seq_id`` of its model has been handed over.
 A gap that stays open longer than ``gap_timeout_s`` (a client that died mid-call) is skipped.
 Everything here except the job bodies runs on the event loop's thread.
+
+A sampling job carries :class:`JobLimits`, so it can never hold the worker for long: it is
+dropped before it starts, or stopped at its next model forward pass (:meth:`Scheduler.checkpoint`,
+a hook on every model), once it has run longer than its time limit, once nobody has polled its
+future for a while (the client went away), once the client cancelled it (``cancel_future``), or
+once its session closed. Its future then fails with a message that says why. Training jobs run
+to completion once started (stopping one halfway would leave half a gradient); they are bounded
+by their request's size, and a cancelled one that has not started is dropped.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -26,7 +35,7 @@ from typing import Any
 
 from integrations.tinker.types import ErrorCategory, TinkerRequestError
 
-__all__ = ["Futures", "Scheduler", "Outcome"]
+__all__ = ["Futures", "Scheduler", "Outcome", "JobLimits", "JobStopped"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +53,60 @@ class _Entry:
     error: TinkerRequestError | None = None
     finished_at: float = 0.0
     delivered_at: float | None = None
+    cancelled: bool = False
+    """Set by ``cancel_future``; the worker reads it."""
+    polls: int = 0
+    """``retrieve_future`` calls waiting on it now."""
+    touched: float = field(default_factory=time.monotonic)
+    """When it was submitted or a poll of it last began or ended."""
+
+
+class JobStopped(TinkerRequestError):
+    """A job the worker dropped or stopped (time limit, cancelled, abandoned, session closed)."""
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """When the worker drops or stops a job."""
+
+    run_timeout_s: float
+    """Longest time it may run once started."""
+    abandoned_after_s: float
+    """It is abandoned when nobody has polled its future for this long."""
+    alive: Callable[[], bool] = lambda: True
+    """False once the job is no longer wanted (its session closed)."""
+
+
+@dataclass
+class _Running:
+    rid: str
+    entry: _Entry | None
+    limits: JobLimits | None
+    started: float
+    thread: int = field(default_factory=threading.get_ident)
+
+    def stop_reason(self) -> str | None:
+        """Why this job must stop now, or None."""
+        entry, limits = self.entry, self.limits
+        if entry is not None and entry.cancelled:
+            return f"{entry.kind} request {self.rid} was cancelled by the client"
+        if limits is None or entry is None:
+            return None
+        now = time.monotonic()
+        if now - self.started > limits.run_timeout_s:
+            return (
+                f"{entry.kind} request stopped after {limits.run_timeout_s:g} s, the server's time limit "
+                "for one sampling request (sample_timeout_s); ask for fewer tokens (sampling_params.max_tokens) "
+                "or fewer samples (num_samples) per request"
+            )
+        if entry.polls == 0 and now - entry.touched > limits.abandoned_after_s:
+            return (
+                f"{entry.kind} request {self.rid} was abandoned: nobody polled its future for "
+                f"{limits.abandoned_after_s:g} s (abandoned_after_s); poll retrieve_future while it runs"
+            )
+        if not limits.alive():
+            return f"{entry.kind} request {self.rid} was stopped: its session was closed"
+        return None
 
 
 class Futures:
@@ -63,6 +126,18 @@ class Futures:
         rid = f"{kind}-{uuid.uuid4().hex}"
         self._entries[rid] = _Entry(kind)
         return rid
+
+    def entry(self, rid: str) -> _Entry | None:
+        """The entry of ``rid`` (for the worker's checks), or None."""
+        return self._entries.get(rid)
+
+    def cancel(self, rid: str) -> bool:
+        """Ask the worker to drop or stop ``rid``'s job; False if ``rid`` is unknown."""
+        entry = self._entries.get(rid)
+        if entry is None:
+            return False
+        entry.cancelled = True
+        return True
 
     def finish(self, rid: str, result: Outcome | None = None, error: BaseException | None = None) -> None:
         """Store a result or an error (a non-request error becomes a server error)."""
@@ -99,10 +174,15 @@ class Futures:
                 "restarted since it was submitted"
             )
         if not entry.done.is_set():
+            entry.polls += 1
+            entry.touched = time.monotonic()
             try:
                 await asyncio.wait_for(entry.done.wait(), timeout_s)
             except TimeoutError:
                 return None
+            finally:
+                entry.polls -= 1
+                entry.touched = time.monotonic()
         if entry.delivered_at is None:
             entry.delivered_at = time.monotonic()
         return entry
@@ -144,6 +224,7 @@ class Scheduler:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tinker-worker")
         self._queues: dict[str, _Queue] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._running: _Running | None = None
 
     def open_model(self, model_id: str) -> None:
         """Start ordering ``model_id``'s requests; its first request has ``seq_id`` 1."""
@@ -167,20 +248,44 @@ class Scheduler:
         """Whether ``model_id``'s requests are being ordered."""
         return model_id in self._queues
 
-    def run(self, rid: str, job: Callable[[], Outcome]) -> None:
-        """Hand ``job`` to the worker now; its result or error finishes ``rid``."""
+    def run(self, rid: str, job: Callable[[], Outcome], limits: JobLimits | None = None) -> None:
+        """Hand ``job`` to the worker now; its result or error finishes ``rid``. With ``limits``,
+        the job is dropped or stopped as they say (see the module docstring)."""
         loop = asyncio.get_running_loop()
         self._loop = loop
+        entry = self.futures.entry(rid)
 
         def body() -> None:
+            running = _Running(rid, entry, limits, time.monotonic())
             try:
+                if (reason := running.stop_reason()) is not None:
+                    raise JobStopped(reason)
+                self._running = running
                 result = job()
             except BaseException as exc:  # noqa: BLE001 - every failure goes back to the client
                 loop.call_soon_threadsafe(self.futures.finish, rid, None, exc)
             else:
                 loop.call_soon_threadsafe(self.futures.finish, rid, result, None)
+            finally:
+                self._running = None
 
         self._executor.submit(body)
+
+    def restart_clock(self) -> None:
+        """The running job's time limit counts from now (called once its model is loaded: a first
+        use may load a model, which is not the request's fault). A no-op off the worker."""
+        running = self._running
+        if running is not None and running.thread == threading.get_ident():
+            running.started = time.monotonic()
+
+    def checkpoint(self) -> None:
+        """Raise :class:`JobStopped` if the job running on the worker (this thread) has limits
+        and must stop now. Called before every model forward pass; a no-op anywhere else."""
+        running = self._running
+        if running is None or running.limits is None or running.thread != threading.get_ident():
+            return
+        if (reason := running.stop_reason()) is not None:
+            raise JobStopped(reason)
 
     def run_detached(self, job: Callable[[], None]) -> None:
         """Run ``job`` on the worker after what is queued, with no request to report to."""

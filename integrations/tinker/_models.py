@@ -8,6 +8,8 @@ snapshot's weights loaded (LoRA adapters merged in, so sampling pays nothing for
 from __future__ import annotations
 
 import copy
+import inspect
+import logging
 import threading
 import warnings
 from collections import OrderedDict
@@ -24,6 +26,8 @@ from skyrl_agent.policies.hf import HFPolicy
 from skyrl_gym.errors import require
 
 __all__ = ["BaseModel", "BaseModels", "TrainingModel", "Snapshot", "SamplerModels", "build_training_model"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,10 +47,13 @@ class BaseModel:
 
 
 class BaseModels:
-    """Loads each base model once, on first use."""
+    """Loads each base model once, on first use. ``on_forward`` (if given) runs before every
+    forward pass of the model and of every copy made of it (training and sampling models): the
+    scheduler's hook that stops a sampling job past its limits."""
 
-    def __init__(self, config: TinkerServerConfig) -> None:
+    def __init__(self, config: TinkerServerConfig, on_forward: Callable[[], None] | None = None) -> None:
         self.config = config
+        self.on_forward = on_forward
         self._models: dict[str, BaseModel] = {}
         self._lock = threading.Lock()
 
@@ -68,7 +75,12 @@ class BaseModels:
             path = self.config.alias(name)
             if path is None and name in (BUNDLED_MODEL, "bundled"):
                 path = str(bundled_model_dir())
-            if path is None and Path(name).is_dir():
+            if path is None and _is_dir(name):
+                if not (Path(name) / "config.json").is_file():
+                    raise TinkerRequestError(
+                        f"base_model {name!r} is a directory with no model in it (no config.json): give a "
+                        "directory saved with save_pretrained, or a model name this server knows"
+                    )
                 path = name
             if path is None:
                 aliases = ", ".join(a for a, _ in self.config.model_aliases) or "none configured"
@@ -76,12 +88,29 @@ class BaseModels:
                     f"unknown base model {name!r}: use {BUNDLED_MODEL!r}, {TINY_RANDOM_MODEL!r}, a local model "
                     f"directory, or a name mapped with `skyrl tinker serve --model NAME=PATH` (aliases: {aliases})"
                 )
-            tok = transformers.AutoTokenizer.from_pretrained(path)
-            model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            try:
+                tok = transformers.AutoTokenizer.from_pretrained(path)
+                model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            except (OSError, ValueError, KeyError, RuntimeError) as exc:
+                log.warning("base model %r (%s) failed to load", name, path, exc_info=exc)
+                raise TinkerRequestError(
+                    f"base_model {name!r} could not be loaded as a causal language model "
+                    f"({type(exc).__name__}); check that it is a complete transformers model directory"
+                ) from None
             tok_dir = path
         model = model.to(device=self.config.device, dtype=dtype).eval()
         model.requires_grad_(False)
+        if self.on_forward is not None:
+            hook = self.on_forward
+            model.register_forward_pre_hook(lambda module, args: hook())
         return BaseModel(name, model, tok, tok_dir, type(model).__name__)
+
+
+def _is_dir(name: str) -> bool:
+    try:
+        return Path(name).is_dir()
+    except (OSError, ValueError):  # a name too long for a path, or with a NUL byte
+        return False
 
 
 def _lora_targets(model: Any, spec: LoraSpec) -> list[str]:
@@ -205,6 +234,17 @@ class Snapshot:
     """The ``tinker://`` path it came from, if any."""
 
 
+def _in_thread_kwargs() -> dict[str, Any]:
+    """HFPolicy's option to generate in the calling thread, where it has one. The Tinker worker
+    runs one job at a time, so a continuous-batching engine thread gains nothing there, and
+    generating on the worker itself keeps the job's limits (the forward hook) and ``stop=[]``
+    (which clears ``policy.eos_token_ids`` for one call) in force."""
+    return {"scheduler": "static"} if "scheduler" in inspect.signature(HFPolicy).parameters else {}
+
+
+_IN_THREAD = _in_thread_kwargs()
+
+
 class SamplerModels:
     """Sampling policies built from snapshots, the ``capacity`` most recently used kept."""
 
@@ -220,7 +260,7 @@ class SamplerModels:
             return self._cache[snap.key]
         base = self.base_models.get(snap.base_name)
         module = base.model if snap.weights is None else self._build(base, snap)
-        policy = HFPolicy(module, base.tokenizer, seed=self.config.seed, min_shared_prefix=16)
+        policy = HFPolicy(module, base.tokenizer, seed=self.config.seed, min_shared_prefix=16, **_IN_THREAD)
         self._cache[snap.key] = policy
         while len(self._cache) > self.config.sampler_cache_size:
             _, old = self._cache.popitem(last=False)

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from integrations.tinker._models import TrainingModel
+from integrations.tinker._requests import SampleBody, SamplingParamsBody
 from integrations.tinker._wire import (
     EncodedSequence,
     FwdBwdRequest,
@@ -19,12 +20,13 @@ from integrations.tinker._wire import (
     encode_sample_response,
 )
 from integrations.tinker.losses import LossInputs, check_loss_request, required_inputs, tinker_loss
-from integrations.tinker.types import TinkerRequestError
+from integrations.tinker.types import TinkerRequestError, TinkerServerConfig
 from skyrl_agent.policies.hf import HFPolicy
 from skyrl_agent.types import FinishReason, GenerateRequest, SamplingParams
+from skyrl_gym.errors import ConfigError
 from trainers.losses import token_logprobs_from_logits
 
-__all__ = ["forward_backward", "optim_step", "sample", "adam_settings"]
+__all__ = ["forward_backward", "optim_step", "sample", "check_sample_request", "context_length"]
 
 _FLOAT_INPUTS = ("weights", "logprobs", "advantages")
 
@@ -54,9 +56,14 @@ def _loss_inputs(loss_fn: str, datum: WireDatum, index: int, vocab: int, device:
                 f"datum {index}: loss_fn_inputs[{k!r}] has shape {list(shape)} but target_tokens has "
                 f"{list(target_shape)}"
             )
-    targets = datum.inputs["target_tokens"].astype(np.int64)
+    raw_targets = datum.inputs["target_tokens"]
+    if not np.issubdtype(raw_targets.dtype, np.integer):
+        raise TinkerRequestError(f"datum {index}: loss_fn_inputs['target_tokens'] must be int64 token ids")
+    targets = raw_targets.astype(np.int64)
     if targets.min() < 0 or targets.max() >= vocab:
-        raise TinkerRequestError(f"datum {index}: target_tokens out of the vocabulary range [0, {vocab})")
+        raise TinkerRequestError(
+            f"datum {index}: loss_fn_inputs['target_tokens'] out of the vocabulary range [0, {vocab})"
+        )
     fields: dict[str, torch.Tensor] = {"target_tokens_N": torch.as_tensor(targets, device=device)}
     for k in _FLOAT_INPUTS:
         if k in datum.inputs:
@@ -97,7 +104,19 @@ def forward_backward(tm: TrainingModel, req: FwdBwdRequest, micro_batch_size: in
     if not req.data:
         raise TinkerRequestError("forward_backward got no datums")
     device = next(iter(tm.params.values())).device
-    vocab = int(tm.base.model.get_output_embeddings().weight.shape[0])
+    vocab = _vocab_size(tm.base.model)
+    context = context_length(tm.base.model)
+    for i, d in enumerate(req.data):
+        if int(d.tokens.max()) >= vocab:
+            raise TinkerRequestError(
+                f"datum {i}: model_input token id {int(d.tokens.max())} is out of the vocabulary range "
+                f"[0, {vocab}); tokenize with this model's tokenizer"
+            )
+        if context is not None and d.tokens.size > context:
+            raise TinkerRequestError(
+                f"datum {i}: model_input has {d.tokens.size} tokens, more than the model's context of "
+                f"{context}; send shorter sequences"
+            )
     inputs = [_loss_inputs(req.loss_fn, d, i, vocab, device) for i, d in enumerate(req.data)]
     outputs: list[dict[str, np.ndarray]] = []
     total = 0.0
@@ -119,27 +138,6 @@ def forward_backward(tm: TrainingModel, req: FwdBwdRequest, micro_batch_size: in
                 }
             )
     return encode_forward_backward_output(outputs, {"loss:sum": total})
-
-
-def adam_settings(body: Mapping[str, Any]) -> dict[str, float]:
-    """The Adam hyperparameters of an ``optim_step`` body (``adam_params``), with Tinker's defaults."""
-    if "adam_params" not in body:
-        kind = (body.get("optimizer_params") or {}).get("type", "unknown")
-        raise TinkerRequestError(
-            f"optimizer {kind!r} is not supported by this server; use AdamParams (AdamW)"
-        )
-    p = dict(body["adam_params"] or {})
-    out = {
-        "learning_rate": float(p.get("learning_rate", 1e-4)),
-        "beta1": float(p.get("beta1", 0.9)),
-        "beta2": float(p.get("beta2", 0.95)),
-        "eps": float(p.get("eps", 1e-12)),
-        "weight_decay": float(p.get("weight_decay", 0.0)),
-        "grad_clip_norm": float(p.get("grad_clip_norm", 0.0)),
-    }
-    if out["learning_rate"] < 0 or not 0 <= out["beta1"] < 1 or not 0 <= out["beta2"] < 1 or out["eps"] < 0:
-        raise TinkerRequestError(f"invalid adam_params {p}: need learning_rate >= 0, 0 <= beta < 1, eps >= 0")
-    return out
 
 
 def optim_step(tm: TrainingModel, adam: Mapping[str, float]) -> dict[str, Any]:
@@ -168,32 +166,45 @@ def optim_step(tm: TrainingModel, adam: Mapping[str, float]) -> dict[str, Any]:
     return {"metrics": {"grad_norm:mean": norm, "learning_rate:mean": adam["learning_rate"]}}
 
 
+def _vocab_size(model: Any) -> int:
+    """Token ids ``model`` takes as input and gives logits for."""
+    return min(
+        int(model.get_input_embeddings().weight.shape[0]), int(model.get_output_embeddings().weight.shape[0])
+    )
+
+
+def context_length(model: Any) -> int | None:
+    """The most positions ``model`` takes (prompt plus new tokens), or None if its config says not."""
+    config = getattr(model, "config", None)
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def _sampling_params(
-    params: Mapping[str, Any], default_max_tokens: int, seed: int | None
+    params: SamplingParamsBody, max_tokens: int, vocab: int, seed: int | None
 ) -> tuple[SamplingParams, bool]:
-    """Our :class:`SamplingParams` for Tinker's, and whether the end-of-sequence token stops."""
-    stop = params.get("stop")
+    """Our :class:`SamplingParams` for Tinker's (``max_tokens`` already capped), and whether the
+    end-of-sequence token stops."""
+    stop = params.stop
     strings: tuple[str, ...] = ()
     token_ids: tuple[int, ...] = ()
     eos = stop is None or stop != []
     if isinstance(stop, str):
         strings = (stop,)
-    elif isinstance(stop, list) and stop:
-        if all(isinstance(s, str) for s in stop):
-            strings = tuple(stop)
-        elif all(isinstance(s, int) for s in stop):
-            token_ids = tuple(stop)
-        else:
-            raise TinkerRequestError(
-                "sampling_params.stop must be a string, a list of strings or a list of token ids"
-            )
-    top_k = int(params.get("top_k", -1) or -1)
+    elif stop and isinstance(stop[0], str):
+        strings = tuple(s for s in stop if isinstance(s, str))
+    elif stop:
+        token_ids = tuple(t for t in stop if isinstance(t, int))
+    top_k = params.top_k
     try:
         sp = SamplingParams(
-            temperature=float(params.get("temperature", 1.0)),
-            top_p=float(params.get("top_p", 1.0)),
-            top_k=0 if top_k < 0 else top_k,
-            max_tokens=int(params.get("max_tokens") or default_max_tokens),
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=0 if top_k <= 0 else min(top_k, vocab),
+            max_tokens=max_tokens,
             stop=strings,
             stop_token_ids=token_ids,
             seed=seed,
@@ -201,6 +212,23 @@ def _sampling_params(
     except ValueError as exc:
         raise TinkerRequestError(f"invalid sampling_params: {exc}") from None
     return sp, eos
+
+
+def _max_new_tokens(
+    requested: int | None, prompt_len: int, context: int | None, config: TinkerServerConfig
+) -> int:
+    """``requested`` (or the server's default) capped at ``max_sample_tokens`` and at the room the
+    model's context leaves after the prompt."""
+    wanted = requested if requested is not None else config.default_max_tokens
+    cap = config.max_sample_tokens
+    if context is not None:
+        if prompt_len >= context:
+            raise TinkerRequestError(
+                f"the prompt has {prompt_len} tokens but the model's context holds {context}; "
+                "send a shorter prompt"
+            )
+        cap = min(cap, context - prompt_len)
+    return max(1, min(wanted, cap))
 
 
 #: The value of an empty top-k cell (the client's ``MASK_LOGPROB``), with token id 0.
@@ -239,62 +267,63 @@ _UNSUPPORTED_SAMPLE_FIELDS = {
 }
 
 
-def check_sample_request(body: Mapping[str, Any]) -> None:
-    """Raise :class:`TinkerRequestError` for sampling features this server does not have."""
+def check_sample_request(body: SampleBody, config: TinkerServerConfig) -> None:
+    """Raise :class:`TinkerRequestError` for sampling features this server does not have or
+    limits it does not allow."""
     for key, what in _UNSUPPORTED_SAMPLE_FIELDS.items():
-        if int(body.get(key) or 0) > 0:
+        if getattr(body, key) > 0:
             raise TinkerRequestError(f"{what} ({key}) is not supported by this server")
-    if body.get("target_prompt_logprobs") is not None:
+    if body.target_prompt_logprobs is not None:
         raise TinkerRequestError("target_prompt_logprobs is not supported by this server")
-    if body.get("record_stability_info"):
+    if body.record_stability_info:
         raise TinkerRequestError("record_stability_info (StableReinforce) is not supported by this server")
-    n = body.get("num_samples", 1)
-    if not isinstance(n, int) or n < 1:
-        raise TinkerRequestError(f"num_samples must be an integer >= 1, got {n!r}")
-    last_n = body.get("prompt_logprobs_last_n")
-    if last_n is not None and not body.get("prompt_logprobs"):
+    if body.prompt_logprobs_last_n is not None and not body.prompt_logprobs:
         raise TinkerRequestError("prompt_logprobs_last_n needs prompt_logprobs")
-    k = body.get("topk_prompt_logprobs") or 0
-    if not isinstance(k, int) or k < 0:
-        raise TinkerRequestError(f"topk_prompt_logprobs must be an integer >= 0, got {k!r}")
+    if body.topk_prompt_logprobs > config.max_topk_logprobs:
+        raise TinkerRequestError(
+            f"topk_prompt_logprobs {body.topk_prompt_logprobs} is more than this server's max_topk_logprobs "
+            f"({config.max_topk_logprobs}); ask for fewer"
+        )
 
 
-def sample(
-    policy: HFPolicy,
-    prompt: Sequence[int],
-    body: Mapping[str, Any],
-    default_max_tokens: int,
-) -> bytes:
-    """``num_samples`` continuations of ``prompt`` (and its logprobs when asked); a ``SampleResponse``."""
+def sample(policy: HFPolicy, body: SampleBody, config: TinkerServerConfig) -> bytes:
+    """``num_samples`` continuations of the prompt (and its logprobs when asked); a ``SampleResponse``."""
+    prompt = body.prompt.tokens()
     if not prompt:
-        raise TinkerRequestError("the prompt is empty")
-    vocab = int(policy.model.get_output_embeddings().weight.shape[0])
-    if min(prompt) < 0 or max(prompt) >= vocab:
-        raise TinkerRequestError(f"prompt tokens out of the vocabulary range [0, {vocab})")
-    last_n = body.get("prompt_logprobs_last_n")
-    if last_n is not None and not (isinstance(last_n, int) and 1 <= last_n <= len(prompt) - 1):
+        raise TinkerRequestError("the prompt is empty: send at least one token in prompt.chunks")
+    vocab = _vocab_size(policy.model)
+    if max(prompt) >= vocab:
+        raise TinkerRequestError(
+            f"prompt token id {max(prompt)} is out of the vocabulary range [0, {vocab}); tokenize with "
+            "this model's tokenizer"
+        )
+    last_n = body.prompt_logprobs_last_n
+    if last_n is not None and not 1 <= last_n <= len(prompt) - 1:
         raise TinkerRequestError(f"prompt_logprobs_last_n must be in [1, {len(prompt) - 1}], got {last_n!r}")
-    n = int(body.get("num_samples", 1))
-    params = body.get("sampling_params") or {}
-    seed = params.get("seed")
+    params = body.sampling_params
+    max_tokens = _max_new_tokens(params.max_tokens, len(prompt), context_length(policy.model), config)
+    seed = params.seed
     requests = []
     eos = True
-    for i in range(n):
-        sp, eos = _sampling_params(params, default_max_tokens, None if seed is None else int(seed) + i)
+    for i in range(body.num_samples):
+        sample_seed = None if seed is None else (seed + i) % 2**64
+        sp, eos = _sampling_params(params, max_tokens, vocab, sample_seed)
         requests.append(GenerateRequest(prompt_ids=list(prompt), sampling=sp))
     saved_eos = policy.eos_token_ids
     if not eos:  # stop=[]: nothing stops generation before max_tokens, not even end-of-sequence
         policy.eos_token_ids = frozenset()
     try:
         outs = policy.generate_sync(requests)
+    except ConfigError as exc:  # the policy's own checks of a request: the request is at fault
+        raise TinkerRequestError(f"invalid sampling request: {exc}") from None
     finally:
         policy.eos_token_ids = saved_eos
     sequences = [EncodedSequence(o.token_ids, o.logprobs, o.finish_reason == FinishReason.STOP) for o in outs]
-    k = int(body.get("topk_prompt_logprobs") or 0)
+    k = body.topk_prompt_logprobs
     prompt_lps, topk = None, None
-    if body.get("prompt_logprobs") or k > 0:
+    if body.prompt_logprobs or k > 0:
         first = 1 if last_n is None else len(prompt) - last_n
-        lps, top_ids, top_lps = _prompt_scores(policy, prompt, first, k)
-        prompt_lps = lps if body.get("prompt_logprobs") else None
+        lps, top_ids, top_lps = _prompt_scores(policy, prompt, first, min(k, vocab))
+        prompt_lps = lps if body.prompt_logprobs else None
         topk = (top_ids, top_lps) if k > 0 else None
     return encode_sample_response(sequences, prompt_lps, topk)

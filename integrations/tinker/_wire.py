@@ -9,6 +9,7 @@ data and gives int64 *byte* offsets (``num_datums + 1`` of them); missing prompt
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,46 +74,88 @@ def decode_body(body: bytes, content_encoding: str | None, max_bytes: int) -> by
     return out
 
 
-def _tensor(msg: Any, name: str) -> np.ndarray:
+def _tensor(msg: Any, where: str, rows: int, max_bytes: int) -> np.ndarray:
+    """A ``Tensor`` message as a numpy array of ``rows`` rows (``[rows]`` or ``[rows, K]``);
+    ``where`` names it in errors. A sparse CSR tensor must have well-formed indices."""
     pb = _pb()
     dtypes = {pb.DTYPE_FLOAT32: np.float32, pb.DTYPE_INT64: np.int64, pb.DTYPE_INT32: np.int32}
     np_dtype = dtypes.get(msg.dtype)
     if np_dtype is None:
-        raise TinkerRequestError(
-            f"loss_fn_inputs[{name!r}]: unsupported dtype {msg.dtype} (float32 or int64)"
-        )
+        raise TinkerRequestError(f"{where}: unsupported dtype {msg.dtype} (send float32 or int64)")
     shape = [int(s) for s in msg.shape]
+    layout = f"[{rows}] or [{rows}, K]"
+    if shape and (len(shape) > 2 or shape[0] != rows or min(shape) < 0):
+        raise TinkerRequestError(
+            f"{where} has shape {shape}; inputs are per position, of shape {layout}: "
+            "target_tokens[i] is the token after model_input[i]"
+        )
+    itemsize = np.dtype(np_dtype).itemsize
+    if shape and math.prod(shape) * itemsize > max_bytes:
+        raise TinkerRequestError(f"{where}: shape {shape} is larger than this server's max_request_bytes")
     if msg.HasField("sparse_csr"):
-        if len(shape) != 2:
-            raise TinkerRequestError(f"loss_fn_inputs[{name!r}]: a sparse CSR tensor needs a 2-D shape")
-        values = np.frombuffer(msg.sparse_csr.values, dtype=np_dtype)
-        crow = np.frombuffer(msg.sparse_csr.crow_indices, dtype=np.int64)
-        col = np.frombuffer(msg.sparse_csr.col_indices, dtype=np.int64)
-        dense = np.zeros(shape, dtype=np_dtype)
-        rows = np.repeat(np.arange(shape[0]), np.diff(crow))
-        dense[rows, col] = values
-        return dense
+        return _sparse(msg.sparse_csr, np_dtype, shape, where)
+    if len(msg.dense) % itemsize:
+        raise TinkerRequestError(f"{where}: {len(msg.dense)} data bytes are not a whole number of values")
     arr = np.frombuffer(msg.dense, dtype=np_dtype)
-    if shape and int(np.prod(shape)) != arr.size:
-        raise TinkerRequestError(f"loss_fn_inputs[{name!r}]: {arr.size} values for shape {shape}")
-    return arr.reshape(shape) if shape else arr
+    if not shape:
+        shape = [arr.size]
+    if math.prod(shape) != arr.size:
+        raise TinkerRequestError(f"{where}: {arr.size} values for shape {shape}")
+    if shape[0] != rows:
+        raise TinkerRequestError(f"{where} has {shape[0]} values; inputs are per position, of shape {layout}")
+    return arr.reshape(shape)
 
 
-def _chunks_to_tokens(chunks: Sequence[Any]) -> np.ndarray:
+def _sparse(csr: Any, np_dtype: Any, shape: list[int], where: str) -> np.ndarray:
+    """The dense array of a sparse CSR tensor, after checking its indices."""
+    if len(shape) != 2:
+        raise TinkerRequestError(f"{where}: a sparse CSR tensor needs a 2-D shape [rows, columns]")
+    for name, raw, size in (
+        ("values", csr.values, np.dtype(np_dtype).itemsize),
+        ("crow_indices", csr.crow_indices, 8),
+        ("col_indices", csr.col_indices, 8),
+    ):
+        if len(raw) % size:
+            raise TinkerRequestError(f"{where}: sparse {name} bytes are not a whole number of values")
+    values = np.frombuffer(csr.values, dtype=np_dtype)
+    crow = np.frombuffer(csr.crow_indices, dtype=np.int64)
+    col = np.frombuffer(csr.col_indices, dtype=np.int64)
+    n_rows, n_cols = shape
+    if crow.size != n_rows + 1 or crow[0] != 0 or np.any(np.diff(crow) < 0) or crow[-1] != values.size:
+        raise TinkerRequestError(
+            f"{where}: sparse crow_indices must be {n_rows + 1} non-decreasing offsets from 0 to the number "
+            f"of values ({values.size})"
+        )
+    if col.size != values.size or (col.size and (col.min() < 0 or col.max() >= n_cols)):
+        raise TinkerRequestError(
+            f"{where}: sparse col_indices must give one column in [0, {n_cols}) per value ({values.size})"
+        )
+    dense = np.zeros(shape, dtype=np_dtype)
+    dense[np.repeat(np.arange(n_rows), np.diff(crow)), col] = values
+    return dense
+
+
+def _chunks_to_tokens(chunks: Sequence[Any], where: str) -> np.ndarray:
     parts = []
     for chunk in chunks:
         which = chunk.WhichOneof("chunk")
         if which != "encoded_text":
             raise TinkerRequestError(
-                f"model_input chunk of type {which!r} is not supported: this server trains text models "
+                f"{where}: chunk of type {which!r} is not supported: this server trains text models "
                 "(encoded_text chunks only)"
             )
-        parts.append(np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).astype(np.int64))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        raw = chunk.encoded_text.tokens
+        if len(raw) % 4:
+            raise TinkerRequestError(f"{where}: encoded_text tokens must be int32 values (4 bytes each)")
+        parts.append(np.frombuffer(raw, dtype=np.int32).astype(np.int64))
+    tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    if tokens.size and tokens.min() < 0:
+        raise TinkerRequestError(f"{where}: token ids must be >= 0, got {int(tokens.min())}")
+    return tokens
 
 
-def parse_forward_backward(body: bytes) -> FwdBwdRequest:
-    """Decode a protobuf ``ForwardBackwardRequest`` body."""
+def parse_forward_backward(body: bytes, max_bytes: int = 512 * 1024 * 1024) -> FwdBwdRequest:
+    """Decode a protobuf ``ForwardBackwardRequest`` body (no tensor may be larger than ``max_bytes``)."""
     pb = _pb()
     msg = pb.ForwardBackwardRequest()
     try:
@@ -125,21 +168,18 @@ def parse_forward_backward(body: bytes) -> FwdBwdRequest:
     config: dict[str, float | str] = {k: float(v) for k, v in msg.loss_fn_config.items()}
     for k, v in msg.loss_fn_config_v2.items():  # v2 wins: it also carries strings
         config[k] = v.text if v.WhichOneof("value") == "text" else float(v.number)
+    for k, v in config.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise TinkerRequestError(f"loss_fn_config[{k!r}] must be a finite number, got {v}")
     data = []
     for i, d in enumerate(msg.data):
-        tokens = _chunks_to_tokens(d.model_input)
+        tokens = _chunks_to_tokens(d.model_input, f"datum {i}: model_input")
         if tokens.size == 0:
             raise TinkerRequestError(f"datum {i} has an empty model_input")
-        inputs = {}
-        for name, t in d.loss_fn_inputs.items():
-            arr = _tensor(t, name)
-            if arr.ndim not in (1, 2) or arr.shape[0] != tokens.size:
-                raise TinkerRequestError(
-                    f"datum {i}: loss_fn_inputs[{name!r}] has shape {list(arr.shape)}; inputs are per "
-                    f"position, of shape [{tokens.size}] (or [{tokens.size}, K] for K cross_entropy targets): "
-                    "target_tokens[i] is the token after model_input[i]"
-                )
-            inputs[name] = arr
+        inputs = {
+            name: _tensor(t, f"datum {i}: loss_fn_inputs[{name!r}]", tokens.size, max_bytes)
+            for name, t in d.loss_fn_inputs.items()
+        }
         data.append(WireDatum(tokens=tokens, inputs=inputs))
     return FwdBwdRequest(
         model_id=msg.model_id,
@@ -243,5 +283,7 @@ def model_input_tokens(model_input: Mapping[str, Any]) -> list[int]:
                 f"prompt chunk of type {kind!r} is not supported: this server samples text models "
                 "(encoded_text chunks only)"
             )
-        tokens.extend(int(t) for t in chunk["tokens"])
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in chunk["tokens"]):
+            raise TinkerRequestError("prompt tokens must be integer token ids >= 0")
+        tokens.extend(chunk["tokens"])
     return tokens

@@ -62,6 +62,19 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         default=d["default_max_tokens"].default,
         help="new tokens when a request sets none",
     )
+    p.add_argument(
+        "--max-sample-tokens",
+        type=int,
+        default=d["max_sample_tokens"].default,
+        help="most new tokens per sampled sequence (also capped by the model's context)",
+    )
+    p.add_argument(
+        "--sample-timeout",
+        type=float,
+        default=d["sample_timeout_s"].default,
+        metavar="SECONDS",
+        help="longest one sampling request may run before it is stopped",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -92,6 +105,8 @@ def _serve(args: argparse.Namespace) -> int:
         lora_alpha=args.lora_alpha,
         micro_batch_size=args.micro_batch_size,
         default_max_tokens=args.max_tokens,
+        max_sample_tokens=args.max_sample_tokens,
+        sample_timeout_s=args.sample_timeout,
         seed=args.seed,
         **kwargs,
     )

@@ -16,13 +16,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from integrations.tinker import _checkpoints, _ops
-from integrations.tinker._futures import Futures, Outcome, Scheduler
+from integrations.tinker._futures import Futures, JobLimits, Outcome, Scheduler
 from integrations.tinker._models import (
     BaseModels,
     SamplerModels,
     Snapshot,
     TrainingModel,
     build_training_model,
+)
+from integrations.tinker._requests import (
+    CreateModelBody,
+    CreateSamplingSessionBody,
+    LoadWeightsBody,
+    OptimizerConfigBody,
+    OptimStepBody,
+    SampleBody,
+    SaveWeightsBody,
+    SaveWeightsForSamplerBody,
 )
 from integrations.tinker._wire import FwdBwdRequest
 from integrations.tinker.types import (
@@ -75,10 +85,11 @@ class ServerState:
 
     def __init__(self, config: TinkerServerConfig) -> None:
         self.config = config
-        self.base_models = BaseModels(config)
-        self.samplers = SamplerModels(self.base_models, config)
         self.futures = Futures(config.result_ttl_s)
         self.scheduler = Scheduler(self.futures, config.seq_gap_timeout_s)
+        # every model forward pass checks whether the running sampling job must stop
+        self.base_models = BaseModels(config, on_forward=self.scheduler.checkpoint)
+        self.samplers = SamplerModels(self.base_models, config)
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, ModelRecord] = {}
         self.sampling_sessions: dict[str, SamplingSession] = {}
@@ -137,10 +148,10 @@ class ServerState:
         return record
 
     def _new_model(
-        self, session_id: str, model_seq_id: int, base_model: str | None, lora: LoraSpec | None
+        self, session_id: str, model_seq_id: int | None, base_model: str | None, lora: LoraSpec | None
     ) -> ModelRecord:
         session = self.session(session_id)
-        if not isinstance(model_seq_id, int) or model_seq_id < 0:
+        if model_seq_id is None or model_seq_id < 0:
             raise TinkerRequestError(f"model_seq_id must be an integer >= 0, got {model_seq_id!r}")
         model_id = f"{session_id}:train:{model_seq_id}"  # the id the client derives itself
         if model_id in self.models:
@@ -151,24 +162,27 @@ class ServerState:
         self.scheduler.open_model(model_id)
         return record
 
-    def submit_create_model(self, body: dict[str, Any]) -> str:
+    def submit_create_model(self, body: CreateModelBody) -> str:
         """``create_model``: a new training model (LoRA when ``lora_config`` is given, else full)."""
-        lora_cfg = body.get("lora_config")
         lora = None
-        if lora_cfg is not None:
+        if (cfg := body.lora_config) is not None:
+            if cfg.rank > self.config.max_lora_rank:
+                raise TinkerRequestError(
+                    f"lora_config.rank {cfg.rank} is more than this server's max_lora_rank "
+                    f"({self.config.max_lora_rank}); ask for a smaller rank"
+                )
             lora = LoraSpec(
-                rank=int(lora_cfg.get("rank", 32)),
+                rank=cfg.rank,
                 alpha=self.config.lora_alpha,
-                train_attn=bool(lora_cfg.get("train_attn", True)),
-                train_mlp=bool(lora_cfg.get("train_mlp", True)),
-                train_unembed=bool(lora_cfg.get("train_unembed", True)),
-                seed=lora_cfg.get("seed"),
+                train_attn=cfg.train_attn,
+                train_mlp=cfg.train_mlp,
+                train_unembed=cfg.train_unembed,
+                seed=cfg.seed,
             )
-        _check_optimizer(body.get("optimizer_config"))
-        base_model = body.get("base_model")
-        if not base_model:
+        _check_optimizer(body.optimizer_config)
+        if not body.base_model:
             raise TinkerRequestError("create_model needs base_model")
-        record = self._new_model(str(body.get("session_id", "")), body.get("model_seq_id"), base_model, lora)
+        record = self._new_model(body.session_id, body.model_seq_id, body.base_model, lora)
         rid = self.futures.new("create_model")
 
         def job() -> Outcome:
@@ -244,32 +258,33 @@ class ServerState:
             lambda tm: _ops.forward_backward(tm, req, micro),
         )
 
-    def submit_optim_step(self, body: dict[str, Any]) -> str:
+    def submit_optim_step(self, body: OptimStepBody) -> str:
         """``optim_step`` with Adam parameters."""
-        try:
-            adam = _ops.adam_settings(body)
-        except TinkerRequestError as exc:
+        if body.adam_params is None:
+            kind = body.optimizer_params.type if body.optimizer_params else "unknown"
+            exc = TinkerRequestError(
+                f"optimizer {kind!r} is not supported by this server; use AdamParams (AdamW)"
+            )
             return self.futures.failed("optim_step", exc)
-        return self._ordered(
-            "optim_step", body.get("model_id", ""), body.get("seq_id"), lambda tm: _ops.optim_step(tm, adam)
-        )
+        adam = body.adam_params.model_dump()
+        return self._ordered("optim_step", body.model_id, body.seq_id, lambda tm: _ops.optim_step(tm, adam))
 
-    def submit_save_state(self, body: dict[str, Any]) -> str:
+    def submit_save_state(self, body: SaveWeightsBody) -> str:
         """``save_weights`` (the client's ``save_state``): weights and optimizer state."""
-        root, overwrite = self.config.checkpoint_dir, bool(body.get("overwrite", False))
-        name = body.get("path") or f"step-{uuid.uuid4().hex[:8]}"
+        root, overwrite = self.config.checkpoint_dir, body.overwrite
+        name = body.path or f"step-{uuid.uuid4().hex[:8]}"
 
         def work(tm: TrainingModel) -> Outcome:
             path = _checkpoints.save(root, tm, CheckpointKind.STATE, check_name(name), overwrite)
             return {"path": str(path), "type": "save_weights"}
 
-        return self._ordered("save_weights", body.get("model_id", ""), body.get("seq_id"), work)
+        return self._ordered("save_weights", body.model_id, body.seq_id, work)
 
-    def submit_save_for_sampler(self, body: dict[str, Any]) -> str:
+    def submit_save_for_sampler(self, body: SaveWeightsForSamplerBody) -> str:
         """``save_weights_for_sampler``: named (a ``tinker://`` path on disk) or unnamed (a snapshot in
         memory and a sampling session on it, for ``save_weights_and_get_sampling_client``)."""
-        name = body.get("path")
-        model_id = body.get("model_id", "")
+        name = body.path
+        model_id = body.model_id
         if name is not None:
             root = self.config.checkpoint_dir
             overwrite = True  # the client has no overwrite flag here; a name is saved again on reuse
@@ -278,7 +293,7 @@ class ServerState:
                 path = _checkpoints.save(root, tm, CheckpointKind.SAMPLER, check_name(name), overwrite)
                 return {"path": str(path), "type": "save_weights_for_sampler"}
 
-            return self._ordered("save_weights_for_sampler", model_id, body.get("seq_id"), named)
+            return self._ordered("save_weights_for_sampler", model_id, body.seq_id, named)
         sampling_id = f"{model_id}:sample:{uuid.uuid4().hex[:12]}"
 
         def unnamed(tm: TrainingModel) -> Outcome:
@@ -296,24 +311,19 @@ class ServerState:
                 self.sessions[session_id].sampler_ids.append(sampling_id)
             return {"sampling_session_id": sampling_id, "type": "save_weights_for_sampler"}
 
-        return self._ordered("save_weights_for_sampler", model_id, body.get("seq_id"), unnamed)
+        return self._ordered("save_weights_for_sampler", model_id, body.seq_id, unnamed)
 
-    def submit_load_weights(self, body: dict[str, Any]) -> str:
+    def submit_load_weights(self, body: LoadWeightsBody) -> str:
         """``load_weights``: create a model from a checkpoint (``session_id`` + ``model_seq_id``),
         or load one into an existing model (legacy ``load_state``: ``model_id`` + ``seq_id``)."""
         root = self.config.checkpoint_dir
-        with_optimizer = bool(body.get("optimizer", False))
-        try:
-            path = TinkerPath.parse(body.get("path", ""))
-        except TinkerRequestError as exc:
-            return self.futures.failed("load_weights", exc)
-        if body.get("session_id") is not None:
+        with_optimizer = body.optimizer
+        path = TinkerPath.parse(body.path)  # the body's validation parsed it already
+        if body.session_id is not None:
             rid = self.futures.new("load_weights")
             try:
-                _check_optimizer(body.get("optimizer_config"))
-                record = self._new_model(
-                    str(body["session_id"]), body.get("model_seq_id"), body.get("base_model"), None
-                )
+                _check_optimizer(body.optimizer_config)
+                record = self._new_model(body.session_id, body.model_seq_id, body.base_model, None)
             except TinkerRequestError as exc:
                 self.futures.finish(rid, error=exc)
                 return rid
@@ -345,17 +355,16 @@ class ServerState:
                 tm.steps = ckpt.steps
             return {"path": str(path), "model_id": tm.model_id, "type": "load_weights"}
 
-        return self._ordered("load_weights", body.get("model_id", ""), body.get("seq_id"), into)
+        return self._ordered("load_weights", body.model_id or "", body.seq_id, into)
 
     # ------------------------------------------------------------------ sampling
-    def create_sampling_session(self, body: dict[str, Any]) -> str:
+    def create_sampling_session(self, body: CreateSamplingSessionBody) -> str:
         """``create_sampling_session`` on a base model or a ``tinker://`` checkpoint."""
-        session = self.session(body.get("session_id", ""))
-        model_path = body.get("model_path")
-        if model_path:
-            snap = self._path_snapshot(model_path)
-        elif body.get("base_model"):
-            snap = Snapshot(f"base:{body['base_model']}", body["base_model"], None, None)
+        session = self.session(body.session_id)
+        if body.model_path:
+            snap = self._path_snapshot(body.model_path)
+        elif body.base_model:
+            snap = Snapshot(f"base:{body.base_model}", body.base_model, None, None)
         else:
             raise TinkerRequestError("create_sampling_session needs base_model or model_path")
         sid = f"{session.session_id}:sample:{uuid.uuid4().hex[:12]}"
@@ -379,15 +388,27 @@ class ServerState:
             )
         return found
 
-    def submit_sample(self, body: dict[str, Any], prompt: list[int]) -> tuple[str, list[str]]:
-        """``asample``: the request id and one sequence id per sample."""
-        _ops.check_sample_request(body)
-        if body.get("sampling_session_id"):
-            snap = self.sampling_session(body["sampling_session_id"]).snapshot
-        elif body.get("model_path"):
-            snap = self._path_snapshot(body["model_path"])
-        elif body.get("base_model"):
-            snap = Snapshot(f"base:{body['base_model']}", body["base_model"], None, None)
+    def check_num_samples(self, body: SampleBody) -> None:
+        """Refuse more samples than ``max_num_samples`` (before any sequence id is handed out)."""
+        if body.num_samples > self.config.max_num_samples:
+            raise TinkerRequestError(
+                f"num_samples {body.num_samples} is more than this server's max_num_samples "
+                f"({self.config.max_num_samples}); ask for fewer per request"
+            )
+
+    def submit_sample(self, body: SampleBody) -> tuple[str, list[str]]:
+        """``asample``: the request id and one sequence id per sample. The job stops when it runs
+        longer than ``sample_timeout_s``, when nobody polls its future, or when its session closes."""
+        self.check_num_samples(body)
+        _ops.check_sample_request(body, self.config)
+        session_id = None
+        if body.sampling_session_id:
+            found = self.sampling_session(body.sampling_session_id)
+            snap, session_id = found.snapshot, found.session_id
+        elif body.model_path:
+            snap = self._path_snapshot(body.model_path)
+        elif body.base_model:
+            snap = Snapshot(f"base:{body.base_model}", body.base_model, None, None)
         else:
             raise TinkerRequestError("asample needs sampling_session_id, model_path or base_model")
         if snap.key.startswith("mem:") and not self._snapshot_alive(snap):
@@ -396,13 +417,22 @@ class ServerState:
                 "snapshots, or its model was closed); call save_weights_and_get_sampling_client again"
             )
         rid = self.futures.new("sample")
-        ids = [f"{rid}:{i}" for i in range(int(body.get("num_samples", 1)))]
-        default_max = self.config.default_max_tokens
+        ids = [f"{rid}:{i}" for i in range(body.num_samples)]
+        config = self.config
 
         def job() -> Outcome:
-            return _ops.sample(self.samplers.policy(snap), prompt, body, default_max)
+            policy = self.samplers.policy(snap)  # may load and build a model: not timed
+            self.scheduler.restart_clock()
+            return _ops.sample(policy, body, config)
 
-        self.scheduler.run(rid, job)
+        def alive() -> bool:  # a sampling session lives as long as its client's session
+            if session_id is None:
+                return True
+            session = self.sessions.get(session_id)
+            return session is not None and not session.finished
+
+        limits = JobLimits(config.sample_timeout_s, config.abandoned_after_s, alive)
+        self.scheduler.run(rid, job, limits)
         return rid, ids
 
     def _snapshot_alive(self, snap: Snapshot) -> bool:
@@ -416,7 +446,7 @@ class ServerState:
         self.samplers.close()
 
 
-def _check_optimizer(cfg: Any) -> None:
-    kind = (cfg or {}).get("type", "adamw") if isinstance(cfg, dict) else "adamw"
+def _check_optimizer(cfg: OptimizerConfigBody | None) -> None:
+    kind = cfg.type if cfg is not None else "adamw"
     if kind != "adamw":
         raise TinkerRequestError(f"optimizer {kind!r} is not supported by this server; use the default AdamW")

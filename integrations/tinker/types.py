@@ -15,6 +15,7 @@ Vocabulary (the official client's):
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -79,7 +80,25 @@ class TinkerServerConfig:
     session_idle_timeout_s: float = 1800.0
     """A session without a heartbeat (or any request) for this long is closed and its models freed."""
     max_request_bytes: int = 512 * 1024 * 1024
-    """Largest request body accepted after zstd decompression."""
+    """Largest request body accepted (a ``forward_backward`` body also after zstd decompression)."""
+    max_sample_tokens: int = 4096
+    """Most new tokens one sampled sequence may have. A request's ``max_tokens`` (or
+    ``default_max_tokens``) is capped at this and at the room the model's context leaves after
+    the prompt; a capped sequence ends with stop reason ``length``."""
+    max_num_samples: int = 64
+    """Most sequences one ``asample`` request may ask for (``num_samples``); more is refused."""
+    max_topk_logprobs: int = 256
+    """Most top-k prompt logprobs per position one ``asample`` request may ask for."""
+    max_lora_rank: int = 512
+    """Largest LoRA rank a ``create_model`` request may ask for."""
+    sample_timeout_s: float = 300.0
+    """Longest time one sampling request may run on the model worker; past it, it is stopped
+    and its future fails with a message that says so. Every sampling future has this deadline,
+    so one request can never hold the worker (and every later request) for long."""
+    abandoned_after_s: float = 120.0
+    """A sampling request whose future nobody has polled for this long (the client went away:
+    the official client polls without pause) is dropped if still queued, stopped if running.
+    ``cancel_future`` and closing the request's session stop it at once."""
     seed: int = 0
     """Seed for sampling requests without their own seed and for LoRA initialisation without one."""
     client_flags: tuple[tuple[str, Any], ...] = ()
@@ -97,9 +116,20 @@ class TinkerServerConfig:
             )
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ConfigError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
-        for name in ("max_snapshots_per_model", "sampler_cache_size"):
+        for name in (
+            "max_snapshots_per_model",
+            "sampler_cache_size",
+            "max_sample_tokens",
+            "max_num_samples",
+            "max_topk_logprobs",
+            "max_lora_rank",
+            "max_request_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("sample_timeout_s", "abandoned_after_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
         if self.lora_alpha <= 0:
             raise ConfigError(f"lora_alpha must be > 0, got {self.lora_alpha}")
         object.__setattr__(self, "model_aliases", tuple((str(a), str(b)) for a, b in self.model_aliases))
@@ -201,30 +231,52 @@ class TinkerPath:
 
     @classmethod
     def parse(cls, path: str) -> TinkerPath:
-        """Parse ``path``, or raise :class:`TinkerRequestError` saying what a valid one looks like."""
+        """Parse ``path``, or raise :class:`TinkerRequestError` saying what a valid one looks like.
+        Every part must be a plain name (no ``..``, no absolute path): a checkpoint path names a
+        directory inside the server's checkpoint directory and nothing else."""
         hint = "expected tinker://<model_id>/weights/<name> or tinker://<model_id>/sampler_weights/<name>"
         if not isinstance(path, str) or not path.startswith(cls.PREFIX):
-            raise TinkerRequestError(f"checkpoint path {path!r} is not a tinker:// path; {hint}")
+            raise TinkerRequestError(f"checkpoint path {_show(path)} is not a tinker:// path; {hint}")
         parts = path[len(cls.PREFIX) :].split("/", 2)
         if len(parts) != 3 or not all(parts):
-            raise TinkerRequestError(f"malformed checkpoint path {path!r}; {hint}")
+            raise TinkerRequestError(f"malformed checkpoint path {_show(path)}; {hint}")
         model_id, kind, name = parts
+        if not _MODEL_ID.fullmatch(model_id):
+            raise TinkerRequestError(
+                f"invalid model id {_show(model_id)} in checkpoint path {_show(path)}: a model id is made of "
+                f"letters, digits, '-', '_', '.' and ':' and does not start with '.' or '-'; {hint}"
+            )
         try:
             parsed_kind = CheckpointKind(kind)
         except ValueError:
-            raise TinkerRequestError(f"unknown checkpoint kind {kind!r} in {path!r}; {hint}") from None
+            raise TinkerRequestError(
+                f"unknown checkpoint kind {_show(kind)} in {_show(path)}; {hint}"
+            ) from None
         return cls(model_id, parsed_kind, check_name(name))
 
     def __str__(self) -> str:
         return f"{self.PREFIX}{self.model_id}/{self.kind.value}/{self.name}"
 
 
+_MODEL_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}")
+_NAME_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:=+@-]{0,127}")
+_MAX_NAME = 255
+
+
+def _show(value: object) -> str:
+    """``value``'s repr, cut to 80 characters (names come from clients)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def check_name(name: str) -> str:
-    """``name`` if it is a safe checkpoint name (relative, no ``..``), else a request error."""
-    parts = str(name).split("/")
-    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in name:
+    """``name`` if it is a safe checkpoint name, else a request error: parts separated by ``/``,
+    each of letters, digits and ``_ . : = + @ -`` and not starting with ``.`` or ``-`` (so never
+    ``..``, an absolute path or a hidden file), at most 255 characters in all."""
+    parts = name.split("/") if isinstance(name, str) else []
+    if not parts or len(name) > _MAX_NAME or not all(_NAME_PART.fullmatch(p) for p in parts):
         raise TinkerRequestError(
-            f"invalid checkpoint name {name!r}: use letters, digits, '-', '_', '.' and '/' "
-            "without empty, '.' or '..' parts"
+            f"invalid checkpoint name {_show(name)}: use parts of letters, digits and '_', '-', '.', ':', "
+            "'=', '+', '@' (not starting with '.' or '-') separated by '/', at most 255 characters"
         )
     return name
