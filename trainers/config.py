@@ -54,8 +54,10 @@ class TrainConfig:
     """With LoRA: roll out from a separate copy of the base model into which the adapters are
     merged after every update (plain linear layers decode faster); False: roll out from the
     training model itself, adapters applied on every forward."""
-    bf16: bool = True
-    """bf16 autocast for generation and training (about 2x faster forward/backward on this CPU)."""
+    bf16: bool | None = None
+    """bf16 autocast for generation and training. None (auto): on where the device computes bf16
+    natively (CUDA; a CPU with AVX512-BF16 or AMX), off elsewhere: on an AVX2-only CPU bf16 is
+    emulated and several times slower than float32 (``skyrl_agent.models.bf16_is_native``)."""
     # ---------------------------------------------------------------- rollouts
     steps: int = 12
     """Training steps (each: one batch of groups, one or more optimizer updates)."""

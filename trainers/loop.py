@@ -261,6 +261,10 @@ def train(cfg: TrainConfig) -> TrainResult:
     dist = init_distributed(cfg.dist_backend, fsdp=cfg.fsdp)
     if not dist.enabled:
         dist = dataclasses.replace(dist, single_device=resolve_device(cfg.device))
+    if cfg.bf16 is None:
+        from skyrl_agent.models import bf16_is_native
+
+        cfg = dataclasses.replace(cfg, bf16=bf16_is_native(dist.device))
     try:
         return _train(cfg, dist)
     finally:

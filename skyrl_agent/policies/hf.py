@@ -4,13 +4,22 @@ Generation is our own loop over ``model(...)`` with a KV cache, so it returns th
 log-probability of each sampled token under the model's raw distribution (temperature 1, no
 filters): the quantity the trainer's importance ratio needs. See :mod:`skyrl_agent.types`.
 
-Concurrent ``generate`` calls (many episodes, each asking for one turn) are gathered by a
-micro-batcher: requests that arrive within ``batch_wait_s`` of each other, up to
-``max_batch_size``, run as one left-padded batch. On a CPU a batch of 8 gives about 3.5x the
-tokens per second of one sequence. Rows leave the batch as soon as they finish.
+Requests go to a continuous-batching engine (:mod:`skyrl_agent.policies._engine`, the default
+``scheduler="continuous"``): new requests join the running batch between decode steps, finished
+rows leave at once, and a request that extends an earlier request's prompt and response (the
+next turn of an episode) reuses that KV instead of computing it again.
 
-Weight updates from the trainer (:meth:`HFPolicy.update_weights`) wait for the running batch
-and copy tensors in place, so the next batch samples from the new weights.
+With ``scheduler="static"`` (kept for comparison, ``bench/bench_generation.py``) concurrent
+``generate`` calls are gathered by a micro-batcher instead: requests that arrive within ``batch_wait_s`` of each other, up to
+``max_batch_size``, run as one left-padded batch. On a CPU a batch of 8 gives about 3.5x the
+tokens per second of one sequence. Rows leave the batch as soon as they finish. A request fails
+alone: one that cannot run (no prompt, ids outside the vocabulary, a seed torch cannot take) is
+refused before it joins a batch, and when a batch fails anyway its rows are retried one by one,
+so only the request at fault gets the error.
+
+Weight updates from the trainer (:meth:`HFPolicy.update_weights`) wait for the running rows
+and copy tensors in place, so the next rows sample from the new weights (and the engine's
+stored prefixes, computed with the old ones, are dropped).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import os
 import random
 import threading
@@ -27,11 +37,21 @@ from typing import Any
 import torch
 
 from skyrl_agent.models import BUNDLED_MODEL, cache_kwarg, load_model_and_tokenizer, output_cache
+from skyrl_agent.policies._engine import EngineConfig, EngineStats, InferenceEngine
 from skyrl_agent.policies._sampling import sample_rows
-from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, SamplingParams
+from skyrl_agent.types import (
+    SEED_MAX,
+    SEED_MIN,
+    FinishReason,
+    GenerateOutput,
+    GenerateRequest,
+    SamplingParams,
+)
 from skyrl_gym.errors import ConfigError
 
 __all__ = ["HFPolicy"]
+
+log = logging.getLogger(__name__)
 
 
 class HFPolicy:
@@ -48,6 +68,9 @@ class HFPolicy:
             float32 log-softmaxes of bf16-computed logits.
         min_shared_prefix: prompts of one batch that share at least this many leading tokens
             have that prefix computed once (see ``_prefill``); 0 turns prefix sharing off.
+        scheduler: ``"continuous"`` (the inference engine: continuous batching, KV reuse across
+            turns) or ``"static"`` (the micro-batcher: a batch runs until its longest row ends).
+        engine: the engine's settings (``max_rows`` defaults to ``max_batch_size``).
     """
 
     def __init__(
@@ -60,9 +83,13 @@ class HFPolicy:
         seed: int = 0,
         autocast_bf16: bool = False,
         min_shared_prefix: int = 16,
+        scheduler: str = "continuous",
+        engine: EngineConfig | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if scheduler not in ("continuous", "static"):
+            raise ConfigError(f"unknown scheduler {scheduler!r}; use 'continuous' or 'static'")
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -83,11 +110,25 @@ class HFPolicy:
         self.pad_token_id = int(pad)
         self.weights_version = 0
         self._cache_kwarg = cache_kwarg(model)
+        self._vocab_size = int(model.get_input_embeddings().num_embeddings)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()  # one batch or weight update at a time
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hf-policy")
         self._pending: list[tuple[GenerateRequest, asyncio.Future[GenerateOutput]]] = []
         self._worker: asyncio.Task[None] | None = None
+        self.scheduler = scheduler
+        self.engine: InferenceEngine | None = None
+        if scheduler == "continuous":
+            self.engine = InferenceEngine(
+                model,
+                tokenizer,
+                eos_token_ids=self.eos_token_ids,
+                pad_token_id=self.pad_token_id,
+                cache_kwarg=self._cache_kwarg,
+                config=engine or EngineConfig(max_rows=max_batch_size, min_shared_prefix=min_shared_prefix),
+                seed_source=lambda: self._rng.getrandbits(63),
+                context=self._autocast,
+            )
 
     @classmethod
     def from_pretrained(
@@ -107,6 +148,8 @@ class HFPolicy:
         """Generate for ``requests``; concurrent calls are batched together.
 
         Use from one event loop at a time."""
+        if self.engine is not None:
+            return list(await asyncio.gather(*(self._submit(r) for r in requests)))
         loop = asyncio.get_running_loop()
         if self._worker is not None and self._worker.get_loop() is not loop:
             # requests left by an earlier event loop (a run that was interrupted) are dropped
@@ -114,7 +157,12 @@ class HFPolicy:
         futures = []
         for req in requests:
             fut: asyncio.Future[GenerateOutput] = loop.create_future()
-            self._pending.append((req, fut))
+            try:
+                self._check(req)
+            except ConfigError as exc:  # this request fails alone, before it joins a batch
+                fut.set_exception(exc)
+            else:
+                self._pending.append((req, fut))
             futures.append(fut)
         if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
             self._worker = loop.create_task(self._drain())
@@ -132,18 +180,68 @@ class HFPolicy:
                 continue
             try:
                 outs = await loop.run_in_executor(self._executor, self.generate_sync, [r for r, _ in batch])
-            except Exception as exc:  # noqa: BLE001 - handed to every waiting caller
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
+            except Exception as exc:  # noqa: BLE001 - handed to the waiting callers
+                if len(batch) == 1:
+                    if not batch[0][1].done():
+                        batch[0][1].set_exception(exc)
+                    continue
+                # One row may have spoiled the batch: run each alone, so only its caller fails.
+                log.warning(
+                    "a batch of %d failed (%s: %s); retrying its rows alone",
+                    len(batch),
+                    type(exc).__name__,
+                    exc,
+                )
+                for req, fut in batch:
+                    if fut.done():
+                        continue
+                    try:
+                        [out] = await loop.run_in_executor(self._executor, self.generate_sync, [req])
+                    except Exception as row_exc:  # noqa: BLE001 - this row's own error
+                        if not fut.done():
+                            fut.set_exception(row_exc)
+                    else:
+                        if not fut.done():
+                            fut.set_result(out)
             else:
                 for (_, fut), out in zip(batch, outs, strict=True):
                     if not fut.done():
                         fut.set_result(out)
 
+    async def _submit(self, req: GenerateRequest) -> GenerateOutput:
+        assert self.engine is not None
+        self._check(req)
+        fut = self.engine.submit(req)
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            fut.cancel()  # the engine drops the row at its next step
+            raise
+
+    def engine_stats(self) -> EngineStats | None:
+        """The engine's counters (prefill, reuse, batch sizes), or None with ``scheduler="static"``."""
+        return self.engine.stats() if self.engine is not None else None
+
+    def _check(self, req: GenerateRequest) -> None:
+        """Raise :class:`ConfigError` for a request that would fail the whole batch it joins."""
+        if len(req.prompt_ids) == 0:
+            raise ConfigError("a GenerateRequest needs at least one prompt token")
+        vocab = self._vocab_size
+        if any(not 0 <= t < vocab for t in req.prompt_ids):
+            raise ConfigError(f"prompt_ids must be token ids in [0, {vocab - 1}]")
+        seed = req.sampling.seed  # with_turn() skips SamplingParams' own checks
+        if seed is not None and not SEED_MIN <= seed <= SEED_MAX:
+            raise ConfigError(f"seed must be an integer in [{SEED_MIN}, {SEED_MAX}], got {seed}")
+        if req.sampling.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {req.sampling.max_tokens}")
+
     # ------------------------------------------------------------------ sync API
     def generate_sync(self, requests: Sequence[GenerateRequest]) -> list[GenerateOutput]:
         """Generate for ``requests`` in the calling thread (in chunks of ``max_batch_size``)."""
+        for r in requests:
+            self._check(r)
+        if self.engine is not None:
+            return self.engine.generate(requests)
         outs: list[GenerateOutput] = []
         for i in range(0, len(requests), self.max_batch_size):
             with self._lock, self._autocast():
@@ -160,10 +258,8 @@ class HFPolicy:
         B = len(requests)
         if B == 0:
             return []
-        for r in requests:
-            if len(r.prompt_ids) == 0:
-                raise ConfigError("a GenerateRequest needs at least one prompt token")
         params: list[SamplingParams] = [r.sampling for r in requests]
+        stop_ids = [frozenset(p.stop_token_ids) for p in params]
         generators = []
         for p in params:
             g = torch.Generator(device=self.device)
@@ -195,7 +291,7 @@ class HFPolicy:
                 if want_top and p.top_logprobs:
                     k = p.top_logprobs
                     new_tops[i].append(list(zip(top_ids_l[j][:k], top_vals_l[j][:k], strict=True)))
-                if tok in self.eos_token_ids or tok in p.stop_token_ids:
+                if tok in self.eos_token_ids or tok in stop_ids[i]:
                     finish[i], matched[i] = FinishReason.STOP, tok
                 elif p.stop and (hit := self._find_stop(new_ids[i], p.stop)) is not None:
                     finish[i], matched[i] = FinishReason.STOP, hit
@@ -313,14 +409,23 @@ class HFPolicy:
                 raise ConfigError(
                     f"update_weights: {k} has shape {tuple(v.shape)}, model has {tuple(own[k].shape)}"
                 )
-        with self._lock, torch.no_grad():
-            for k, v in state_dict.items():
-                own[k].copy_(v.to(own[k].device, own[k].dtype))
-            self.weights_version += 1
+
+        def apply() -> None:
+            with self._lock, torch.no_grad():
+                for k, v in state_dict.items():
+                    own[k].copy_(v.to(own[k].device, own[k].dtype))
+                self.weights_version += 1
+
+        if self.engine is not None:
+            self.engine.update_weights(apply)
+        else:
+            apply()
         return len(state_dict)
 
     load_state_dict = update_weights
 
     def close(self) -> None:
-        """Stop the worker thread. Idempotent."""
+        """Stop the worker threads. Idempotent."""
+        if self.engine is not None:
+            self.engine.close()
         self._executor.shutdown(wait=False, cancel_futures=True)

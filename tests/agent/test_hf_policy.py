@@ -58,7 +58,8 @@ def test_stop_strings_and_stop_tokens_end_generation(tiny_policy, tokenizer):
     assert out.token_ids == full.token_ids[: first + 1] and out.matched_stop == full.token_ids[2]
 
 
-def test_concurrent_calls_are_micro_batched(tiny_policy, tokenizer, monkeypatch):
+def test_concurrent_calls_are_micro_batched(tiny, tokenizer, monkeypatch):
+    tiny_policy = HFPolicy(*tiny, seed=0, scheduler="static")  # the micro-batcher, kept for comparison
     sizes = []
     real = tiny_policy._generate_batch
 
@@ -78,6 +79,7 @@ def test_concurrent_calls_are_micro_batched(tiny_policy, tokenizer, monkeypatch)
         )
 
     outs = asyncio.run(main())
+    tiny_policy.close()
     assert len(outs) == 8 and all(len(o[0].token_ids) == 4 for o in outs)
     assert sum(sizes) == 8 and max(sizes) > 1, sizes
 

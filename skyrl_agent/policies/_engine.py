@@ -1,0 +1,806 @@
+"""A continuous-batching inference engine over a transformers causal LM (CPU or CUDA).
+
+One worker thread owns the model and runs a loop of scheduler steps:
+
+1. **admit**: waiting requests join the running batch while it has room (``max_rows`` rows and
+   ``max_tokens_in_flight`` tokens of context plus remaining new tokens). A newcomer is
+   prefilled on its own KV cache, its first token is sampled from the prefill's logits, and its
+   KV is copied into the running batch (``_Slots.insert``). Newcomers that arrive together
+   (the samples of a GRPO group) are prefilled as one batch, their shared prefix once.
+2. **reuse**: a newcomer whose prompt starts with the tokens of an earlier finished row (the
+   next turn of an episode: its last prompt, its response, then the new observation) takes that
+   row's KV from the :class:`PrefixStore` and prefills only the new tokens. The store keeps
+   finished rows' KV under a byte bound with LRU eviction; a change of the weights empties it
+   unless ``allow_stale_prefix`` is set. Changes are seen however they happen (``update_weights``,
+   or an optimizer stepping the very module the engine samples from, as the trainer does when it
+   shares the model): the engine compares the parameters' in-place version counters before
+   admitting rows. With ``allow_stale_prefix`` (then reused KV may come from older weights: the logprobs are
+   still those the sampler computed, so the trainer's TIS correction sees what was sampled).
+3. **decode**: one forward step for every running row; each row samples its next token with its
+   own generator; finished rows leave at once (their KV goes to the store).
+
+KV layout (``_Slots``): per layer one key and one value buffer ``[rows, kv_heads, length,
+head_dim]``. The running rows are rows ``0..B-1``, and every row's newest token sits in the same
+column ``t - 1`` (rows are left-padded), so a decode step writes column ``t`` of all rows at once
+and attends to columns ``[0, t]`` through a mask that hides each row's padding. Nothing is
+concatenated per step (a growing ``DynamicCache`` copies the whole cache every token); rows
+leave by moving the last row into the freed one, and leading columns that no row uses are
+dropped when they add up.
+
+Logprobs are exact: each sampled token's logprob is ``log_softmax`` of the logits the engine
+computed for it (temperature 1, before filters), the quantity the trainer's importance ratio
+needs; ``tests/agent/test_engine_policy.py`` compares them with a full forward pass.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from skyrl_agent.models import output_cache
+from skyrl_agent.policies._sampling import sample_rows
+from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, SamplingParams
+from skyrl_gym.errors import ConfigError
+
+__all__ = ["EngineConfig", "EngineStats", "InferenceEngine", "PrefixStore"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Settings of the continuous-batching engine."""
+
+    max_rows: int = 32
+    """Most rows decoding at once."""
+    max_tokens_in_flight: int = 65536
+    """Most tokens the running rows may hold: each row counts its prompt plus its ``max_tokens``
+    (bounds the KV memory: about 46 KB a token for SmolLM2-135M in float32)."""
+    prefix_cache_bytes: int = 1 << 30
+    """Bytes of finished rows' KV kept for reuse by the next turn (LRU); 0 turns reuse off."""
+    min_reuse_tokens: int = 16
+    """Reuse a stored prefix only when it covers at least this many prompt tokens."""
+    allow_stale_prefix: bool = False
+    """Keep stored KV across weight updates (faster, slightly off-policy prefixes)."""
+    min_shared_prefix: int = 16
+    """Newcomers admitted together that share this many leading tokens prefill them once."""
+    compact_every: int = 64
+    """Drop leading columns no running row uses once there are this many."""
+
+    def __post_init__(self) -> None:
+        if self.max_rows < 1:
+            raise ConfigError(f"max_rows must be >= 1, got {self.max_rows}")
+        if self.max_tokens_in_flight < 2:
+            raise ConfigError(f"max_tokens_in_flight must be >= 2, got {self.max_tokens_in_flight}")
+        if self.prefix_cache_bytes < 0:
+            raise ConfigError(f"prefix_cache_bytes must be >= 0, got {self.prefix_cache_bytes}")
+
+
+@dataclass
+class EngineStats:
+    """Counters since the engine started (read them with :meth:`InferenceEngine.stats`)."""
+
+    requests: int = 0
+    """Requests finished (errors included)."""
+    prompt_tokens: int = 0
+    """Prompt tokens of those requests."""
+    prefill_tokens: int = 0
+    """Prompt tokens actually run through the model (the rest came from reuse or sharing)."""
+    reused_tokens: int = 0
+    """Prompt tokens whose KV came from the prefix store."""
+    generated_tokens: int = 0
+    """Tokens sampled."""
+    decode_steps: int = 0
+    """Batched decode forwards."""
+    rows_decoded: int = 0
+    """Sum over decode steps of the rows in the step (mean batch = rows_decoded / decode_steps)."""
+    store_evictions: int = 0
+    """Prefix store entries evicted for room."""
+    peak_rows: int = 0
+    """Most rows running at once."""
+    peak_tokens_in_flight: int = 0
+    """Most budgeted tokens (prompt + max_tokens over the running rows) at once."""
+
+
+# --------------------------------------------------------------------------- the KV buffers
+def _slot_layer_class() -> type:
+    """The layer class (built on first use: transformers is imported lazily)."""
+    from transformers.cache_utils import CacheLayerMixin
+
+    class SlotLayer(CacheLayerMixin):
+        """One layer's view of :class:`_Slots`, as transformers' ``Cache`` expects of a layer."""
+
+        is_sliding = False
+
+        def __init__(self, slots: _Slots, index: int) -> None:
+            super().__init__()
+            self.slots, self.index, self.is_initialized = slots, index, True
+
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            return None
+
+        def update(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        ) -> Any:
+            return self.slots.write(self.index, key_states, value_states)
+
+        def get_seq_length(self) -> int:
+            return self.slots.t
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return self.slots.t + query_length, 0
+
+        def get_max_length(self) -> int:
+            return -1
+
+    return SlotLayer
+
+
+class _Slots:
+    """Preallocated KV buffers for the running rows (see the module docstring). ``valid[b, c]``
+    says whether row ``b`` attends to column ``c`` (False for padding, and for the gap inside a
+    row prefilled with a shared prefix and a shorter suffix than its batch's longest)."""
+
+    def __init__(
+        self, layers: int, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device
+    ) -> None:
+        self.layers, self.heads, self.head_dim = layers, heads, head_dim
+        self.dtype, self.device = dtype, device
+        self.K: list[torch.Tensor] = []
+        self.V: list[torch.Tensor] = []
+        self.valid = torch.zeros((0, 0), dtype=torch.bool, device=device)
+        self.cap_rows = self.cap_len = 0
+        self.rows = 0  # running rows
+        self.t = 0  # the next column to write
+        self.cache: Any = None  # a transformers Cache whose layers are views of these buffers
+
+    def ensure(self, rows: int, length: int) -> None:
+        """Room for ``rows`` rows and ``length`` columns (grown by doubling, contents kept)."""
+        if rows <= self.cap_rows and length <= self.cap_len:
+            return
+        new_rows = max(rows, self.cap_rows, 1)
+        new_len = max(self.cap_len, 128)
+        while new_len < length:
+            new_len *= 2
+        shape = (new_rows, self.heads, new_len, self.head_dim)
+        K = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.layers)]
+        V = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.layers)]
+        valid = torch.zeros((new_rows, new_len), dtype=torch.bool, device=self.device)
+        B, t = self.rows, self.t
+        if B and t:
+            for i in range(self.layers):
+                K[i][:B, :, :t] = self.K[i][:B, :, :t]
+                V[i][:B, :, :t] = self.V[i][:B, :, :t]
+            valid[:B, :t] = self.valid[:B, :t]
+        self.K, self.V, self.valid, self.cap_rows, self.cap_len = K, V, valid, new_rows, new_len
+        self.cache = None
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store one decode step's keys/values (``[B, heads, 1, dim]``) at column ``t``; return
+        the layer's keys and values up to and including it."""
+        B, t, q = self.rows, self.t, k.shape[2]
+        self.K[layer][:B, :, t : t + q] = k
+        self.V[layer][:B, :, t : t + q] = v
+        return self.K[layer][:B, :, : t + q], self.V[layer][:B, :, : t + q]
+
+    def step_mask(self, additive: bool) -> torch.Tensor:
+        """``[B, 1, 1, t + 1]``: the columns each row attends to in the next decode step (its
+        valid ones and the new one); marks column ``t`` valid."""
+        B, t = self.rows, self.t
+        self.valid[:B, t] = True
+        keep = self.valid[:B, : t + 1][:, None, None, :]
+        if not additive:
+            return keep
+        return torch.zeros(keep.shape, dtype=self.dtype, device=self.device).masked_fill(
+            ~keep, torch.finfo(self.dtype).min
+        )
+
+    def _shift(self, by: int) -> None:
+        """Move every running row's columns by ``by`` (positive: right, negative: left)."""
+        B, t = self.rows, self.t
+        if by and B:
+            lo = -by if by < 0 else 0
+            for buf in (*self.K, *self.V):
+                buf[:B, :, lo + by : t + by] = buf[:B, :, lo:t].clone()
+            self.valid[:B, lo + by : t + by] = self.valid[:B, lo:t].clone()
+            if by > 0:
+                self.valid[:B, :by] = False
+        self.t += by
+
+    def insert(self, kv: Sequence[tuple[torch.Tensor, torch.Tensor]], valid_GT: torch.Tensor) -> None:
+        """Add rows whose KV (per layer ``[G, heads, T_g, dim]``, with ``valid_GT`` saying which
+        columns are real) ends at the batch's current column."""
+        G, Tg = valid_GT.shape
+        if self.rows == 0:
+            self.t = 0
+        if Tg > self.t:
+            self.ensure(self.rows + G, Tg + 1)
+            self._shift(Tg - self.t)
+        self.ensure(self.rows + G, self.t + 1)
+        B, t = self.rows, self.t
+        for i, (k, v) in enumerate(kv):
+            self.K[i][B : B + G, :, t - Tg : t] = k
+            self.V[i][B : B + G, :, t - Tg : t] = v
+        self.valid[B : B + G, : self.cap_len] = False
+        self.valid[B : B + G, t - Tg : t] = valid_GT.to(torch.bool)
+        self.rows += G
+
+    def remove(self, row: int) -> None:
+        """Drop ``row``: the last row moves into its place (callers mirror the move)."""
+        last, t = self.rows - 1, self.t
+        if row != last:
+            for buf in (*self.K, *self.V):
+                buf[row, :, :t] = buf[last, :, :t]
+            self.valid[row, :t] = self.valid[last, :t]
+        self.rows -= 1
+        if self.rows == 0:
+            self.t = 0
+
+    def extract(self, row: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """A copy of ``row``'s KV, per layer ``[1, heads, T_r, dim]``; None when the row has a
+        gap (a shared prefix, then padding): only contiguous KV can seed another prompt."""
+        cols = self.valid[row, : self.t].nonzero().flatten().tolist()
+        if not cols:
+            return None
+        s = cols[0]
+        if len(cols) != self.t - s:
+            return None
+        return [
+            (k[row : row + 1, :, s : self.t].clone(), v[row : row + 1, :, s : self.t].clone())
+            for k, v in zip(self.K, self.V, strict=True)
+        ]
+
+    def compact(self, threshold: int) -> None:
+        """Drop leading columns that no row uses, once there are ``threshold`` of them."""
+        if not self.rows or not self.t:
+            return
+        used = self.valid[: self.rows, : self.t].any(0).nonzero()
+        lead = int(used[0]) if len(used) else self.t
+        if lead >= threshold:
+            self._shift(-lead)
+
+    def as_cache(self) -> Any:
+        """A transformers ``Cache`` whose layers write into and read from these buffers."""
+        if self.cache is None:
+            from transformers.cache_utils import Cache
+
+            layer_cls = _slot_layer_class()
+            self.cache = Cache(layers=[layer_cls(self, i) for i in range(self.layers)])
+        return self.cache
+
+    def release(self) -> None:
+        """Free the buffers (the next admission allocates them again)."""
+        self.K, self.V, self.cap_rows, self.cap_len, self.rows, self.t = [], [], 0, 0, 0, 0
+        self.valid = torch.zeros((0, 0), dtype=torch.bool, device=self.device)
+        self.cache = None
+
+
+# --------------------------------------------------------------------------- reuse across turns
+@dataclass
+class _Entry:
+    ids: list[int]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    nbytes: int
+    version: int
+
+
+class PrefixStore:
+    """Finished rows' KV by the token ids it covers, bounded in bytes, least recently used out.
+
+    :meth:`take` finds the entry sharing the longest prefix with a prompt and removes it (the
+    next turn extends it and stores a longer one when it finishes)."""
+
+    def __init__(self, max_bytes: int, min_tokens: int) -> None:
+        self.max_bytes, self.min_tokens = max_bytes, min_tokens
+        self._entries: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
+        self._next = 0
+        self.nbytes = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]], version: int) -> None:
+        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+        if nbytes > self.max_bytes or len(ids) < self.min_tokens:
+            return
+        while self._entries and self.nbytes + nbytes > self.max_bytes:
+            _, old = self._entries.popitem(last=False)
+            self.nbytes -= old.nbytes
+            self.evictions += 1
+        self._entries[self._next] = _Entry(ids, kv, nbytes, version)
+        self._next += 1
+        self.nbytes += nbytes
+
+    def take(
+        self, prompt: Sequence[int], version: int | None
+    ) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None:
+        """The KV of the longest stored prefix of ``prompt`` (at most ``len(prompt) - 1`` tokens:
+        the last prompt token must run, for its logits), or None. ``version``: only entries made
+        with these weights (None: any)."""
+        best_key, best_len = None, 0
+        limit = len(prompt) - 1
+        for key, e in self._entries.items():
+            if version is not None and e.version != version:
+                continue
+            n = min(len(e.ids), limit)
+            if n <= best_len:
+                continue
+            if e.ids[:n] != list(prompt[:n]):
+                n = _common_prefix(e.ids, prompt, n)
+            if n > best_len:
+                best_key, best_len = key, n
+        if best_key is None or best_len < self.min_tokens:
+            return None
+        entry = self._entries.pop(best_key)
+        self.nbytes -= entry.nbytes
+        kv = (
+            entry.kv
+            if best_len == len(entry.ids)
+            else [(k[:, :, :best_len], v[:, :, :best_len]) for k, v in entry.kv]
+        )
+        return best_len, kv
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.nbytes = 0
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    lo, hi = 0, limit  # binary search on prefix equality (list slices compare in C)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if list(a[:mid]) == list(b[:mid]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# --------------------------------------------------------------------------- rows
+@dataclass
+class _Row:
+    request: GenerateRequest
+    future: concurrent.futures.Future
+    deadline: float | None
+    generator: torch.Generator
+    prompt: list[int]
+    version: int = 0
+    new_ids: list[int] = field(default_factory=list)
+    new_lps: list[float] = field(default_factory=list)
+    tops: list[list[tuple[int, float]]] = field(default_factory=list)
+    next_pos: int = 0
+    finish: FinishReason | None = None
+    matched: str | int | None = None
+
+    @property
+    def params(self) -> SamplingParams:
+        return self.request.sampling
+
+    def budget(self) -> int:
+        return len(self.prompt) + self.params.max_tokens
+
+
+# --------------------------------------------------------------------------- the engine
+class InferenceEngine:
+    """Continuous batching with KV reuse across turns for one model (see the module docstring).
+
+    Args:
+        model: a transformers causal LM in eval mode.
+        tokenizer: its tokenizer (decodes outputs, finds stop strings).
+        eos_token_ids: tokens that end a generation.
+        pad_token_id: filler for left padding inside a prefill.
+        config: the engine's settings.
+        seed_source: draws a seed for requests without their own.
+        context: a context manager entered around model calls (bf16 autocast).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        eos_token_ids: frozenset[int],
+        pad_token_id: int,
+        cache_kwarg: str,
+        config: EngineConfig | None = None,
+        seed_source: Callable[[], int],
+        context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    ) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.config = config or EngineConfig()
+        self.eos_token_ids, self.pad_token_id = eos_token_ids, pad_token_id
+        self._cache_kwarg = cache_kwarg
+        self._seed_source, self._context = seed_source, context
+        self.device = next(model.parameters()).device
+        cfg = model.config
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        dtype = next(model.parameters()).dtype
+        self._slots = _Slots(cfg.num_hidden_layers, heads, head_dim, dtype, self.device)
+        self._additive_mask = getattr(cfg, "_attn_implementation", "sdpa") not in (
+            "sdpa",
+            "flash_attention_2",
+        )
+        self.store = PrefixStore(self.config.prefix_cache_bytes, self.config.min_reuse_tokens)
+        self.weights_version = 0
+        self._weights_key = self._current_weights_key()
+        self._stats = EngineStats()
+        self._cv = threading.Condition()  # guards the queue and the counters
+        self._step_lock = threading.Lock()  # held by a scheduler step or a weight update
+        self._waiting: collections.deque[_Row] = collections.deque()
+        self._rows: list[_Row] = []  # running, in slot order
+        self._updates_waiting = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="skyrl-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ public
+    def submit(self, request: GenerateRequest, deadline_s: float | None = None) -> concurrent.futures.Future:
+        """Queue ``request``; the future resolves to its :class:`GenerateOutput` (or raises).
+        Cancelling the future drops the request at the next step."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        p = request.sampling
+        g = torch.Generator(device=self.device)
+        g.manual_seed(p.seed if p.seed is not None else self._seed_source())
+        deadline = time.monotonic() + deadline_s if deadline_s is not None else None
+        row = _Row(request, fut, deadline, g, [int(x) for x in request.prompt_ids])
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("the inference engine is closed")
+            self._waiting.append(row)
+            self._cv.notify_all()
+        return fut
+
+    def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateOutput]:
+        """Submit ``requests`` and wait for all of them (from any thread but the engine's)."""
+        futures = [self.submit(r) for r in requests]
+        return [f.result() for f in futures]
+
+    def update_weights(self, apply: Callable[[], None]) -> None:
+        """Run ``apply`` (which changes the model's weights) between steps, once the running rows
+        have finished; no row starts meanwhile. The prefix store is emptied unless
+        ``allow_stale_prefix``."""
+        with self._cv:
+            self._updates_waiting += 1
+        try:
+            while True:
+                with self._step_lock:
+                    if not self._rows:
+                        apply()
+                        self.weights_version += 1
+                        self._weights_key = self._current_weights_key()
+                        if not self.config.allow_stale_prefix:
+                            self.store.clear()
+                        return
+                with self._cv:
+                    self._cv.wait(timeout=0.05)
+        finally:
+            with self._cv:
+                self._updates_waiting -= 1
+                self._cv.notify_all()
+
+    def stats(self) -> EngineStats:
+        """A copy of the counters."""
+        with self._cv:
+            s = dataclasses.replace(self._stats)
+            s.store_evictions = self.store.evictions
+            return s
+
+    def clear_prefix_store(self) -> None:
+        """Forget every stored prefix."""
+        with self._cv:
+            self.store.clear()
+
+    def close(self) -> None:
+        """Stop the worker; waiting and running requests fail. Idempotent."""
+        with self._cv:
+            if self._closed:
+                return
+            self._closed = True
+            self._cv.notify_all()
+        self._thread.join(timeout=30)
+
+    # ------------------------------------------------------------------ the loop
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(
+                    lambda: self._closed or self._rows or (self._waiting and not self._updates_waiting)
+                )
+                if self._closed:
+                    break
+            admitted: list[_Row] = []
+            with self._step_lock:
+                try:
+                    with self._cv:
+                        admitted = self._admit_locked()
+                    with torch.inference_mode(), self._context():
+                        if admitted:
+                            self._prefill(admitted)
+                        if self._rows:
+                            self._decode_step()
+                except Exception as exc:  # noqa: BLE001 - a failed step fails its rows, not the engine
+                    log.exception("inference engine step failed")
+                    self._fail_all([*admitted, *self._rows], exc)
+                if not self._rows and self._slots.cap_len > 4096:
+                    self._slots.release()  # a long context's buffers go back once it is done
+            with self._cv:
+                self._cv.notify_all()  # a weight update may wait for the rows to drain
+        err = RuntimeError("the inference engine was closed")
+        with self._step_lock:
+            self._fail_all([*self._rows, *self._waiting], err)
+            self._waiting.clear()
+
+    def _current_weights_key(self) -> int:
+        """Changes whenever a parameter is replaced or modified in place (its version counter)."""
+        return hash(tuple((id(p), p._version) for p in self.model.parameters()))
+
+    def _admit_locked(self) -> list[_Row]:
+        """Waiting rows that fit, in arrival order (a row that does not fit waits for room)."""
+        if self._updates_waiting or not self._waiting:
+            return []
+        if not self._rows:  # in flight, rows keep the weights they started with
+            key = self._current_weights_key()
+            if key != self._weights_key:
+                self._weights_key = key
+                if not self.config.allow_stale_prefix:
+                    self.store.clear()
+        used = sum(r.budget() for r in self._rows)
+        out: list[_Row] = []
+        while self._waiting and len(self._rows) + len(out) < self.config.max_rows:
+            row = self._waiting[0]
+            if row.future.cancelled():
+                self._waiting.popleft()
+                continue
+            if (self._rows or out) and used + row.budget() > self.config.max_tokens_in_flight:
+                break
+            self._waiting.popleft()  # the future stays cancellable: a cancelled row leaves at its next step
+            row.version = self._weights_key
+            used += row.budget()
+            out.append(row)
+        self._stats.peak_rows = max(self._stats.peak_rows, len(self._rows) + len(out))
+        self._stats.peak_tokens_in_flight = max(self._stats.peak_tokens_in_flight, used)
+        return out
+
+    # ------------------------------------------------------------------ prefill
+    def _prefill(self, rows: list[_Row]) -> None:
+        """Prefill newcomers, sample their first tokens and move the ones that go on into the batch."""
+        version = None if self.config.allow_stale_prefix else self._weights_key
+        fresh: list[_Row] = []
+        for row in rows:
+            found = self.store.take(row.prompt, version) if self.config.prefix_cache_bytes else None
+            if found is None:
+                fresh.append(row)
+                continue
+            n, kv = found
+            self._stats.reused_tokens += n
+            self._prefill_isolated([row], [row.prompt[n:]], kv, n)
+        if fresh:
+            self._prefill_isolated(fresh, [r.prompt for r in fresh], None, 0)
+
+    def _prefill_isolated(self, rows: list[_Row], tails: list[list[int]], past: Any, past_len: int) -> None:
+        """:meth:`_run_prefill`; when a group fails, each row runs alone, so only the row at
+        fault gets the error (the running rows are not touched by a prefill)."""
+        try:
+            self._run_prefill(rows, tails, past, past_len)
+        except Exception as exc:  # noqa: BLE001 - handed to the row(s) at fault
+            if len(rows) == 1:
+                _resolve(rows[0].future, exc=exc)
+                return
+            log.warning("a prefill of %d rows failed (%s); running them one by one", len(rows), exc)
+            for row, tail in zip(rows, tails, strict=True):
+                if row.future.done():
+                    continue
+                row.new_ids.clear()
+                row.new_lps.clear()
+                row.tops.clear()
+                row.finish = row.matched = None
+                self._prefill_isolated([row], [tail], None, 0)
+
+    def _run_prefill(
+        self,
+        rows: list[_Row],
+        tails: list[list[int]],
+        past: list[tuple[torch.Tensor, torch.Tensor]] | None,
+        past_len: int,
+    ) -> None:
+        """Run ``tails`` (each row's prompt after its first ``past_len`` tokens, whose KV is
+        ``past``: one row only) as one left-padded batch; the longest prefix the tails share is
+        run once and its KV repeated (a GRPO group's samples share their whole prompt)."""
+        from transformers import DynamicCache
+
+        B, dev = len(rows), self.device
+        shared = 0
+        if past is None and B > 1:
+            shortest, first = min(len(x) for x in tails), tails[0]
+            while shared < shortest - 1 and all(x[shared] == first[shared] for x in tails):
+                shared += 1
+            if shared < self.config.min_shared_prefix:
+                shared = 0
+        cache = DynamicCache()
+        if past is not None:
+            for i, (k, v) in enumerate(past):
+                cache.update(k, v, i)
+        elif shared:
+            prefix = torch.as_tensor(tails[0][:shared], dtype=torch.long, device=dev)[None]
+            out = self.model(
+                input_ids=prefix,
+                attention_mask=torch.ones_like(prefix),
+                position_ids=torch.arange(shared, device=dev)[None],
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            cache = output_cache(out)
+            cache.batch_repeat_interleave(B)
+        P = past_len + shared  # columns already in the cache, valid for every row
+        suffixes = [x[shared:] for x in tails]
+        S = max(len(x) for x in suffixes)
+        ids_BS = torch.full((B, S), self.pad_token_id, dtype=torch.long)
+        mask_BS = torch.zeros((B, S), dtype=torch.long)
+        for i, x in enumerate(suffixes):  # left padding: every row's last token at the end
+            ids_BS[i, S - len(x) :] = torch.as_tensor(x, dtype=torch.long)
+            mask_BS[i, S - len(x) :] = 1
+        ids_BS, mask_BS = ids_BS.to(dev), mask_BS.to(dev)
+        attn_BT = torch.cat([mask_BS.new_ones((B, P)), mask_BS], dim=1)  # B x (P + S)
+        pos_BS = (attn_BT.cumsum(-1) - 1).clamp(min=0)[:, P:]
+        out = self.model(
+            input_ids=ids_BS,
+            attention_mask=attn_BT,
+            position_ids=pos_BS,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        )
+        cache = output_cache(out)
+        self._stats.prefill_tokens += shared + sum(len(x) for x in suffixes)
+        for r in rows:
+            r.next_pos = len(r.prompt)
+        keep = self._sample(rows, out.logits[:, -1, :].float())
+        for row in rows:
+            if row.finish is not None:
+                self._finish(row)
+        if not keep:
+            return
+        idx = torch.as_tensor(keep, device=dev)
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        valid = attn_BT
+        if len(keep) < B:
+            layers = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in layers]
+            valid = valid.index_select(0, idx)
+        self._slots.insert(layers, valid)
+        self._rows += [rows[j] for j in keep]
+
+    # ------------------------------------------------------------------ decode
+    def _decode_step(self) -> None:
+        slots, rows = self._slots, self._rows
+        if slots.t + 1 > slots.cap_len:
+            slots.compact(1)
+        slots.ensure(slots.rows, slots.t + 1)
+        dev = self.device
+        tokens = torch.as_tensor([r.new_ids[-1] for r in rows], dtype=torch.long, device=dev)[:, None]
+        pos = torch.as_tensor([r.next_pos for r in rows], dtype=torch.long, device=dev)[:, None]
+        out = self.model(
+            input_ids=tokens,
+            position_ids=pos,
+            attention_mask=slots.step_mask(self._additive_mask),
+            use_cache=True,
+            **{self._cache_kwarg: slots.as_cache()},
+        )
+        slots.t += 1
+        for r in rows:
+            r.next_pos += 1
+        self._stats.decode_steps += 1
+        self._stats.rows_decoded += len(rows)
+        keep = set(self._sample(rows, out.logits[:, -1, :].float()))
+        for j in range(len(rows) - 1, -1, -1):  # from the end: a removal moves the last row
+            if j not in keep:
+                self._leave(j)
+        slots.compact(self.config.compact_every)
+
+    def _leave(self, j: int) -> None:
+        """Row ``j`` of the batch is done: store its KV (before its caller hears of it, so the
+        next turn finds it), resolve it, drop it (the last row takes its place)."""
+        row = self._rows[j]
+        if self.config.prefix_cache_bytes and (
+            row.version == self._weights_key or self.config.allow_stale_prefix
+        ):
+            kv = self._slots.extract(j)
+            if kv is not None:  # the last token was sampled, never run
+                self.store.put(row.prompt + row.new_ids[:-1], kv, row.version)
+        self._finish(row)
+        self._slots.remove(j)
+        last = self._rows.pop()
+        if j < len(self._rows):
+            self._rows[j] = last
+
+    # ------------------------------------------------------------------ sampling
+    def _sample(self, rows: list[_Row], logits_BV: torch.Tensor) -> list[int]:
+        """Sample one token for each of ``rows`` and set ``finish`` on the rows that are done.
+        Returns the indices of the rows that go on."""
+        params = [r.params for r in rows]
+        tokens_B, lps_B = sample_rows(logits_BV, params, [r.generator for r in rows])
+        tokens, lps = tokens_B.tolist(), lps_B.tolist()
+        want_top = min(max(p.top_logprobs for p in params), logits_BV.shape[-1])
+        if want_top:  # the most likely tokens under the raw distribution (as the logprobs)
+            top_vals, top_ids = torch.topk(torch.log_softmax(logits_BV, dim=-1), want_top, dim=-1)
+            top_vals_l, top_ids_l = top_vals.tolist(), top_ids.tolist()
+        keep = []
+        now = time.monotonic()
+        for j, row in enumerate(rows):
+            tok, p = tokens[j], params[j]
+            row.new_ids.append(tok)
+            row.new_lps.append(lps[j])
+            self._stats.generated_tokens += 1
+            if want_top and p.top_logprobs:
+                k = p.top_logprobs
+                row.tops.append(list(zip(top_ids_l[j][:k], top_vals_l[j][:k], strict=True)))
+            if row.future.cancelled():
+                row.finish = FinishReason.ABORT
+            elif row.deadline is not None and now > row.deadline:
+                row.finish = FinishReason.ABORT
+            elif tok in self.eos_token_ids or tok in p.stop_token_ids:
+                row.finish, row.matched = FinishReason.STOP, tok
+            elif p.stop and (hit := self._find_stop(row.new_ids, p.stop)) is not None:
+                row.finish, row.matched = FinishReason.STOP, hit
+            elif len(row.new_ids) >= p.max_tokens:
+                row.finish = FinishReason.LENGTH
+            if row.finish is None:
+                keep.append(j)
+        return keep
+
+    def _finish(self, row: _Row) -> None:
+        with self._cv:
+            self._stats.requests += 1
+            self._stats.prompt_tokens += len(row.prompt)
+        if row.finish == FinishReason.ABORT and row.deadline is not None and time.monotonic() > row.deadline:
+            _resolve(row.future, exc=TimeoutError("the generation ran past its deadline"))
+            return
+        ids, p = row.new_ids, row.params
+        text_ids = ids[:-1] if ids and ids[-1] in self.eos_token_ids else ids
+        _resolve(
+            row.future,
+            GenerateOutput(
+                token_ids=list(ids),
+                logprobs=list(row.new_lps) if p.logprobs else None,
+                finish_reason=row.finish or FinishReason.LENGTH,
+                text=self.tokenizer.decode(text_ids, skip_special_tokens=False),
+                matched_stop=row.matched,
+                top_logprobs=row.tops if p.top_logprobs else None,
+            ),
+        )
+
+    def _find_stop(self, ids: list[int], stops: tuple[str, ...]) -> str | None:
+        # Decode a tail long enough to hold the longest stop string: a token is at least one
+        # character, or one byte of a character of at most 4 UTF-8 bytes.
+        tail = ids[-(4 * max(len(s) for s in stops) + 4) :]
+        text = self.tokenizer.decode(tail, skip_special_tokens=False)
+        return next((s for s in stops if s in text), None)
+
+    def _fail_all(self, rows: Sequence[_Row], exc: BaseException) -> None:
+        """``rows`` get ``exc``; the batch starts over empty."""
+        for row in rows:
+            _resolve(row.future, exc=exc)
+        self._rows.clear()
+        self._slots.release()
+
+
+def _resolve(fut: concurrent.futures.Future, result: Any = None, exc: BaseException | None = None) -> None:
+    """Set ``fut``'s outcome unless its caller cancelled it meanwhile."""
+    try:
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass

@@ -1,0 +1,259 @@
+"""The continuous-batching engine behind HFPolicy: exact logprobs, late arrivals joining a running
+batch, KV reuse across turns, invalidation on weight changes, and its memory bounds."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+import torch
+
+from skyrl_agent.policies._engine import EngineConfig, PrefixStore
+from skyrl_agent.policies.hf import HFPolicy
+from skyrl_agent.types import GenerateRequest, SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
+
+
+def _full_logprobs(model, prompt, new):
+    with torch.no_grad():
+        logits = model(torch.tensor([list(prompt) + list(new)])).logits[0].float()
+    lp = torch.log_softmax(logits, dim=-1)
+    return torch.tensor([lp[len(prompt) - 1 + i, t].item() for i, t in enumerate(new)])
+
+
+def _prompts(tokenizer, n):
+    texts = ["Hello there", "What is two plus two, my friend?", "A", "Tell me a long story about the sea"]
+    return [tokenizer.encode(texts[i % len(texts)] + " #" * (i % 5)) for i in range(n)]
+
+
+@pytest.fixture
+def policies(tiny):
+    """(engine policy, one-request-at-a-time reference), same weights."""
+    engine = HFPolicy(*tiny, seed=0, max_batch_size=4)
+    reference = HFPolicy(*tiny, seed=0, scheduler="static", max_batch_size=1)
+    yield engine, reference
+    engine.close()
+    reference.close()
+
+
+def test_batched_results_equal_one_at_a_time_and_logprobs_are_exact(policies, tiny, tokenizer):
+    engine, reference = policies
+    reqs = [
+        GenerateRequest(p, GREEDY.replace(max_tokens=6 + 3 * i)) for i, p in enumerate(_prompts(tokenizer, 9))
+    ]
+    reqs += [
+        GenerateRequest(p, SamplingParams(temperature=0.9, max_tokens=10, seed=40 + i))
+        for i, p in enumerate(_prompts(tokenizer, 5))
+    ]
+    got = engine.generate_sync(reqs)  # 14 requests through at most 4 rows: rows leave and join
+    for req, out in zip(reqs, got, strict=True):
+        want = reference.generate_sync([req])[0]
+        assert out.token_ids == want.token_ids and out.finish_reason == want.finish_reason
+        ref = _full_logprobs(tiny[0], req.prompt_ids, out.token_ids)
+        assert torch.allclose(ref, torch.tensor(out.logprobs), atol=1e-4), (ref, out.logprobs)
+    stats = engine.engine_stats()
+    assert stats.requests == len(reqs) and stats.peak_rows == 4
+    assert stats.rows_decoded > stats.decode_steps  # batches of more than one row ran
+
+
+def test_a_late_request_joins_the_running_batch(policies, tokenizer):
+    engine, reference = policies
+    long_req = GenerateRequest(tokenizer.encode("Once upon a time"), GREEDY.replace(max_tokens=60))
+    late_req = GenerateRequest(tokenizer.encode("Hi"), GREEDY.replace(max_tokens=5))
+    first = engine.engine.submit(long_req)
+    while engine.engine_stats().decode_steps < 3:  # the long row is decoding
+        time.sleep(0.001)
+    late = engine.engine.submit(late_req)
+    late_out = late.result(timeout=60)
+    assert not first.done(), "the late request waited for the running one instead of joining it"
+    long_out = first.result(timeout=60)
+    assert late_out.token_ids == reference.generate_sync([late_req])[0].token_ids
+    assert long_out.token_ids == reference.generate_sync([long_req])[0].token_ids
+    assert engine.engine_stats().peak_rows == 2
+
+
+def test_concurrent_async_callers_share_steps(tiny, tokenizer):
+    policy = HFPolicy(*tiny, seed=0)
+    ids = tokenizer.encode("Hello")
+
+    async def main():
+        calls = [
+            policy.generate([GenerateRequest(ids, SamplingParams(max_tokens=4, seed=i))]) for i in range(8)
+        ]
+        return await asyncio.gather(*calls)
+
+    try:
+        outs = asyncio.run(main())
+        stats = policy.engine_stats()
+    finally:
+        policy.close()
+    assert [len(o[0].token_ids) for o in outs] == [4] * 8
+    assert stats.peak_rows > 1 and stats.rows_decoded > stats.decode_steps
+
+
+def _next_turn(prompt, out, tokenizer):
+    return list(prompt) + list(out.token_ids) + tokenizer.encode("\nObservation: 42\nAssistant:")
+
+
+def test_the_next_turn_reuses_the_kv_of_the_last(policies, tiny, tokenizer):
+    engine, reference = policies
+    p1 = tokenizer.encode("User: compute 6 * 7 for me, then answer.\nAssistant:")
+    out1 = engine.generate_sync([GenerateRequest(p1, GREEDY)])[0]
+    p2 = _next_turn(p1, out1, tokenizer)
+    before = engine.engine_stats()
+    out2 = engine.generate_sync([GenerateRequest(p2, GREEDY)])[0]
+    after = engine.engine_stats()
+    reused = after.reused_tokens - before.reused_tokens
+    prefilled = after.prefill_tokens - before.prefill_tokens
+    assert reused == len(p1) + len(out1.token_ids) - 1  # all but the last sampled token, never run
+    assert prefilled == len(p2) - reused  # only the new tokens ran
+    assert out2.token_ids == reference.generate_sync([GenerateRequest(p2, GREEDY)])[0].token_ids
+    ref = _full_logprobs(tiny[0], p2, out2.token_ids)
+    assert torch.allclose(ref, torch.tensor(out2.logprobs), atol=1e-4)
+
+
+def test_a_weight_update_invalidates_stored_prefixes(tiny, tokenizer):
+    model, tok = tiny
+    import copy
+
+    engine = HFPolicy(copy.deepcopy(model), tok, seed=0)
+    try:
+        p1 = tokenizer.encode("User: say something nice.\nAssistant:")
+        out1 = engine.generate_sync([GenerateRequest(p1, GREEDY)])[0]
+        assert len(engine.engine.store) == 1
+        new_weights = {k: v + 0.05 * torch.randn_like(v) for k, v in model.state_dict().items()}
+        engine.update_weights(new_weights)
+        assert len(engine.engine.store) == 0
+        p2 = _next_turn(p1, out1, tokenizer)
+        before = engine.engine_stats()
+        out2 = engine.generate_sync([GenerateRequest(p2, GREEDY)])[0]
+        assert engine.engine_stats().reused_tokens == before.reused_tokens  # nothing stale reused
+        fresh_model = copy.deepcopy(model)
+        fresh_model.load_state_dict(new_weights)
+        fresh = HFPolicy(fresh_model, tok, seed=0, scheduler="static")
+        assert out2.token_ids == fresh.generate_sync([GenerateRequest(p2, GREEDY)])[0].token_ids
+        fresh.close()
+    finally:
+        engine.close()
+
+
+def test_weights_changed_in_place_by_an_optimizer_invalidate_too(tiny, tokenizer):
+    """The trainer shares the trained module with the sampler: optimizer steps change the
+    weights without update_weights, and the engine still drops what it stored."""
+    import copy
+
+    model = copy.deepcopy(tiny[0])
+    engine = HFPolicy(model, tokenizer, seed=0)
+    try:
+        p1 = tokenizer.encode("User: say something nice.\nAssistant:")
+        out1 = engine.generate_sync([GenerateRequest(p1, GREEDY)])[0]
+        assert len(engine.engine.store) == 1
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01)
+        before = engine.engine_stats()
+        engine.generate_sync([GenerateRequest(_next_turn(p1, out1, tokenizer), GREEDY)])
+        assert engine.engine_stats().reused_tokens == before.reused_tokens
+    finally:
+        engine.close()
+
+
+def test_stale_prefixes_are_kept_when_allowed(tiny, tokenizer):
+    import copy
+
+    model = copy.deepcopy(tiny[0])
+    engine = HFPolicy(model, tokenizer, seed=0, engine=EngineConfig(allow_stale_prefix=True))
+    try:
+        p1 = tokenizer.encode("User: say something nice.\nAssistant:")
+        out1 = engine.generate_sync([GenerateRequest(p1, GREEDY)])[0]
+        engine.update_weights({k: v + 0.01 for k, v in model.state_dict().items()})
+        before = engine.engine_stats()
+        engine.generate_sync([GenerateRequest(_next_turn(p1, out1, tokenizer), GREEDY)])
+        assert engine.engine_stats().reused_tokens > before.reused_tokens
+    finally:
+        engine.close()
+
+
+def test_the_prefix_store_respects_its_byte_bound():
+    store = PrefixStore(max_bytes=3 * 4 * 100, min_tokens=1)
+    kv = [(torch.zeros(1, 1, 50, 1), torch.zeros(1, 1, 50, 1))]  # 400 bytes an entry
+    for i in range(5):
+        store.put([i] * 50, kv, version=0)
+        assert store.nbytes <= store.max_bytes
+    assert len(store) == 3 and store.evictions == 2
+    assert store.take([0] * 51, version=0) is None  # evicted first (least recently stored)
+    n, got = store.take([4] * 50 + [9], version=0)
+    assert n == 50 and got[0][0].shape == (1, 1, 50, 1) and len(store) == 2
+    assert store.take([3] * 60, version=1) is None  # other weights: never reused
+
+
+def test_the_engine_store_stays_under_its_bound(tiny, tokenizer):
+    bound = 40_000  # the tiny model's KV is 512 bytes a token: a few entries
+    engine = HFPolicy(*tiny, seed=0, engine=EngineConfig(prefix_cache_bytes=bound))
+    try:
+        for i in range(12):
+            engine.generate_sync(
+                [GenerateRequest(tokenizer.encode(f"{i} is the prompt number " * 4), GREEDY)]
+            )
+            assert engine.engine.store.nbytes <= bound
+        assert engine.engine_stats().store_evictions > 0
+    finally:
+        engine.close()
+
+
+def test_rows_and_tokens_in_flight_are_bounded(tiny, tokenizer):
+    prompts = _prompts(tokenizer, 10)
+    budget = max(len(p) for p in prompts) * 2 + 2 * 12
+    engine = HFPolicy(*tiny, seed=0, engine=EngineConfig(max_rows=3, max_tokens_in_flight=budget))
+    try:
+        engine.generate_sync([GenerateRequest(p, GREEDY) for p in prompts])
+        stats = engine.engine_stats()
+    finally:
+        engine.close()
+    assert stats.requests == 10 and stats.peak_rows <= 3 and stats.peak_tokens_in_flight <= budget
+
+
+def test_a_cancelled_request_frees_its_row_and_a_deadline_ends_one(tiny, tokenizer):
+    engine = HFPolicy(*tiny, seed=0)
+    try:
+        long = GenerateRequest(tokenizer.encode("Go on"), GREEDY.replace(max_tokens=2000, stop_token_ids=()))
+        fut = engine.engine.submit(long)
+        while engine.engine_stats().decode_steps < 2:
+            time.sleep(0.001)
+        fut.cancel()
+        out = engine.generate_sync([GenerateRequest(tokenizer.encode("Hi"), GREEDY.replace(max_tokens=3))])[0]
+        assert len(out.token_ids) == 3
+        deadline = time.monotonic() + 30
+        while engine.engine._rows and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not engine.engine._rows, "the cancelled row kept decoding"
+        timed = engine.engine.submit(long, deadline_s=0.05)
+        with pytest.raises(TimeoutError):
+            timed.result(timeout=60)
+    finally:
+        engine.close()
+
+
+def test_update_weights_waits_for_running_rows(tiny, tokenizer):
+    import copy
+
+    model = copy.deepcopy(tiny[0])
+    engine = HFPolicy(model, tokenizer, seed=0)
+    reference = HFPolicy(copy.deepcopy(tiny[0]), tokenizer, seed=0, scheduler="static")
+    try:
+        req = GenerateRequest(tokenizer.encode("Once upon a time"), GREEDY.replace(max_tokens=40))
+        fut = engine.engine.submit(req)
+        while engine.engine_stats().decode_steps < 2:
+            time.sleep(0.001)
+        t = threading.Thread(
+            target=engine.update_weights, args=({k: v * 0.5 for k, v in model.state_dict().items()},)
+        )
+        t.start()
+        out = fut.result(timeout=60)
+        t.join(timeout=60)
+        assert out.token_ids == reference.generate_sync([req])[0].token_ids  # all of it with the old weights
+        assert engine.weights_version == 1
+    finally:
+        engine.close()
+        reference.close()
