@@ -39,8 +39,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from skyrl_agent.models import BUNDLED_MODEL, load_model_and_tokenizer  # noqa: E402
-from skyrl_agent.policies._engine import EngineConfig  # noqa: E402
-from skyrl_agent.policies.hf import HFPolicy  # noqa: E402
+from skyrl_agent.policies.hf import EngineConfig, HFPolicy  # noqa: E402
 from skyrl_agent.types import GenerateRequest, SamplingParams  # noqa: E402
 
 

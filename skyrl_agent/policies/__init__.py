@@ -1,7 +1,9 @@
 """Policies behind one protocol (:class:`skyrl_agent.types.Policy`): token ids in, token ids and
 logprobs out.
 
-* :class:`~skyrl_agent.policies.hf.HFPolicy`: a local transformers model (CPU or GPU).
+* :class:`~skyrl_agent.policies.hf.HFPolicy`: a local transformers model (CPU or GPU) served by
+  a continuous-batching engine with KV reuse across turns (settings:
+  :class:`~skyrl_agent.policies.hf.EngineConfig`).
 * :class:`~skyrl_agent.policies.openai_compat.OpenAICompatPolicy`: an OpenAI-compatible
   completions server (vLLM, SGLang), token ids in and out when the server returns them, retries
   on 429, 5xx and connection failures (``http`` extra).

@@ -29,7 +29,10 @@ dropped when they add up.
 
 Logprobs are exact: each sampled token's logprob is ``log_softmax`` of the logits the engine
 computed for it (temperature 1, before filters), the quantity the trainer's importance ratio
-needs; ``tests/agent/test_engine_policy.py`` compares them with a full forward pass.
+needs; ``tests/agent/test_engine_policy.py`` compares them with a full forward pass. A prefix
+taken from the store was computed in another pass (other shapes, so other float rounding): a
+row's logprobs then agree with a run without reuse to about 1e-6, not bit for bit, and a sampled
+token can in rare cases differ; set ``prefix_cache_bytes=0`` where runs must repeat bit for bit.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from skyrl_agent.types import (
 )
 from skyrl_gym.errors import ConfigError
 
-__all__ = ["HFPolicy"]
+__all__ = ["HFPolicy", "EngineConfig", "EngineStats"]
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import time
 import pytest
 import torch
 
-from skyrl_agent.policies._engine import EngineConfig, PrefixStore
-from skyrl_agent.policies.hf import HFPolicy
+from skyrl_agent.policies._engine import PrefixStore
+from skyrl_agent.policies.hf import EngineConfig, HFPolicy
 from skyrl_agent.types import GenerateRequest, SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)

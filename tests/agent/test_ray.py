@@ -128,14 +128,17 @@ def test_a_lost_worker_masks_its_episodes(ray_cluster):
 def test_ray_workers_share_a_remote_policy_through_the_server(ray_cluster, tiny):
     """The workers sample from one model behind the OpenAI-compatible server on 127.0.0.1 and
     produce the same token ids and logprobs as a local engine talking to that server."""
-    from skyrl_agent.policies.hf import HFPolicy
+    from skyrl_agent.policies.hf import EngineConfig, HFPolicy
     from skyrl_agent.ray_engine import RayConfig, RayRolloutEngine
     from skyrl_agent.server import ServerConfig, ServerThread
     from skyrl_agent.types import SamplingParams
 
     model, tok = tiny
-    # one request per model call: a row's numbers do not depend on what it was batched with
-    policy = HFPolicy(model, tok, seed=0, max_batch_size=1)
+    # one request per model call and no KV reuse: a row's numbers depend neither on what it was
+    # batched with nor on which earlier pass computed its prefix (the last float bits can differ)
+    policy = HFPolicy(
+        model, tok, seed=0, max_batch_size=1, engine=EngineConfig(max_rows=1, prefix_cache_bytes=0)
+    )
     cfg = RolloutConfig(
         n_samples=2,
         concurrency=4,
