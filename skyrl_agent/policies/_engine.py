@@ -50,8 +50,7 @@ from typing import Any
 
 import torch
 
-from skyrl_agent.models import output_cache
-from skyrl_agent.policies._sampling import sample_rows
+from skyrl_agent.policies._sampling import find_stop, prefill, sample_rows
 from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, SamplingParams
 from skyrl_gym.errors import ConfigError
 
@@ -624,52 +623,24 @@ class InferenceEngine:
         from transformers import DynamicCache
 
         B, dev = len(rows), self.device
-        shared = 0
-        if past is None and B > 1:
-            shortest, first = min(len(x) for x in tails), tails[0]
-            while shared < shortest - 1 and all(x[shared] == first[shared] for x in tails):
-                shared += 1
-            if shared < self.config.min_shared_prefix:
-                shared = 0
-        cache = DynamicCache()
+        cache = None
         if past is not None:
+            cache = DynamicCache()
             for i, (k, v) in enumerate(past):
                 cache.update(k, v, i)
-        elif shared:
-            prefix = torch.as_tensor(tails[0][:shared], dtype=torch.long, device=dev)[None]
-            out = self.model(
-                input_ids=prefix,
-                attention_mask=torch.ones_like(prefix),
-                position_ids=torch.arange(shared, device=dev)[None],
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            cache = output_cache(out)
-            cache.batch_repeat_interleave(B)
-        P = past_len + shared  # columns already in the cache, valid for every row
-        suffixes = [x[shared:] for x in tails]
-        S = max(len(x) for x in suffixes)
-        ids_BS = torch.full((B, S), self.pad_token_id, dtype=torch.long)
-        mask_BS = torch.zeros((B, S), dtype=torch.long)
-        for i, x in enumerate(suffixes):  # left padding: every row's last token at the end
-            ids_BS[i, S - len(x) :] = torch.as_tensor(x, dtype=torch.long)
-            mask_BS[i, S - len(x) :] = 1
-        ids_BS, mask_BS = ids_BS.to(dev), mask_BS.to(dev)
-        attn_BT = torch.cat([mask_BS.new_ones((B, P)), mask_BS], dim=1)  # B x (P + S)
-        pos_BS = (attn_BT.cumsum(-1) - 1).clamp(min=0)[:, P:]
-        out = self.model(
-            input_ids=ids_BS,
-            attention_mask=attn_BT,
-            position_ids=pos_BS,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_kwarg: cache},
+        cache, logits_BV, attn_BT, _, shared = prefill(
+            self.model,
+            self._cache_kwarg,
+            self.pad_token_id,
+            tails,
+            min_shared_prefix=self.config.min_shared_prefix,
+            past=cache,
+            past_len=past_len,
         )
-        cache = output_cache(out)
-        self._stats.prefill_tokens += shared + sum(len(x) for x in suffixes)
+        self._stats.prefill_tokens += shared + sum(len(x) - shared for x in tails)
         for r in rows:
             r.next_pos = len(r.prompt)
-        keep = self._sample(rows, out.logits[:, -1, :].float())
+        keep = self._sample(rows, logits_BV)
         for row in rows:
             if row.finish is not None:
                 self._finish(row)
@@ -754,7 +725,7 @@ class InferenceEngine:
                 row.finish = FinishReason.ABORT
             elif tok in self.eos_token_ids or tok in p.stop_token_ids:
                 row.finish, row.matched = FinishReason.STOP, tok
-            elif p.stop and (hit := self._find_stop(row.new_ids, p.stop)) is not None:
+            elif p.stop and (hit := find_stop(self.tokenizer, row.new_ids, p.stop)) is not None:
                 row.finish, row.matched = FinishReason.STOP, hit
             elif len(row.new_ids) >= p.max_tokens:
                 row.finish = FinishReason.LENGTH
@@ -782,13 +753,6 @@ class InferenceEngine:
                 top_logprobs=row.tops if p.top_logprobs else None,
             ),
         )
-
-    def _find_stop(self, ids: list[int], stops: tuple[str, ...]) -> str | None:
-        # Decode a tail long enough to hold the longest stop string: a token is at least one
-        # character, or one byte of a character of at most 4 UTF-8 bytes.
-        tail = ids[-(4 * max(len(s) for s in stops) + 4) :]
-        text = self.tokenizer.decode(tail, skip_special_tokens=False)
-        return next((s for s in stops if s in text), None)
 
     def _fail_all(self, rows: Sequence[_Row], exc: BaseException) -> None:
         """``rows`` get ``exc``; the batch starts over empty."""

@@ -1,11 +1,14 @@
-"""Per-row sampling from logits: temperature, top-k, top-p, greedy, one generator per row."""
+"""Per-row sampling from logits (temperature, top-k, top-p, greedy, one generator per row), the
+batched prefill and the stop-string search: shared by the engine and the static micro-batcher."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
+from skyrl_agent.models import output_cache
 from skyrl_agent.types import SamplingParams
 
 #: Temperatures below this sample greedily: dividing logits by them overflows float32 (vLLM
@@ -48,3 +51,75 @@ def sample_rows(
         tokens.append(int(torch.multinomial(probs_V, 1, generator=generators[i])))
     tokens_B = torch.tensor(tokens, dtype=torch.long, device=logits_BV.device)
     return tokens_B, raw_logprobs_BV.gather(1, tokens_B[:, None])[:, 0]
+
+
+def find_stop(tokenizer: Any, ids: list[int], stops: tuple[str, ...]) -> str | None:
+    """The first of ``stops`` that the decoded tail of ``ids`` contains, or None. The tail is
+    long enough to hold the longest stop string: a token is at least one character, or one byte
+    of a character of at most 4 UTF-8 bytes."""
+    tail = ids[-(4 * max(len(s) for s in stops) + 4) :]
+    text = tokenizer.decode(tail, skip_special_tokens=False)
+    return next((s for s in stops if s in text), None)
+
+
+def prefill(
+    model: Any,
+    cache_kwarg: str,
+    pad_token_id: int,
+    tails: list[list[int]],
+    *,
+    min_shared_prefix: int,
+    past: Any = None,
+    past_len: int = 0,
+) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Run ``tails`` through ``model`` as one left-padded batch on top of ``past`` (a cache of
+    ``past_len`` columns valid for every row, or None); return ``(cache, last logits_BV,
+    attention mask_BT, position ids_BS of the tails' block, tokens shared)``.
+
+    Rows often share a long prefix (a system prompt, a worked example, the same prompt for every
+    sample of a GRPO group). Without ``past``, the longest prefix common to all rows (at least
+    ``min_shared_prefix`` tokens) is computed once for one row and its KV repeated to every row;
+    only the rest of each prompt runs per row, left-padded inside that block with position ids
+    that skip the padding. The result equals running every full prompt (a test checks logits
+    and samples)."""
+    B, dev = len(tails), next(model.parameters()).device
+    shared = 0
+    if past is None and B > 1:
+        shortest, first = min(len(x) for x in tails), tails[0]
+        while shared < shortest - 1 and all(x[shared] == first[shared] for x in tails):
+            shared += 1
+        if shared < min_shared_prefix:
+            shared = 0
+    cache = past
+    if shared:
+        prefix = torch.as_tensor(tails[0][:shared], dtype=torch.long, device=dev)[None]  # 1 x P
+        out = model(
+            input_ids=prefix,
+            attention_mask=torch.ones_like(prefix),
+            position_ids=torch.arange(shared, device=dev)[None],
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = output_cache(out)
+        cache.batch_repeat_interleave(B)
+    P = past_len + shared  # columns already in the cache, valid for every row
+    suffixes = [x[shared:] for x in tails]
+    S = max(len(x) for x in suffixes)
+    ids_BS = torch.full((B, S), pad_token_id, dtype=torch.long)
+    mask_BS = torch.zeros((B, S), dtype=torch.long)
+    for i, x in enumerate(suffixes):  # left padding: every row's last token at the end
+        ids_BS[i, S - len(x) :] = torch.as_tensor(x, dtype=torch.long)
+        mask_BS[i, S - len(x) :] = 1
+    ids_BS, mask_BS = ids_BS.to(dev), mask_BS.to(dev)
+    attn_BT = torch.cat([mask_BS.new_ones((B, P)), mask_BS], dim=1)  # B x (P + S)
+    pos_BS = (attn_BT.cumsum(-1) - 1).clamp(min=0)[:, P:]
+    kwargs: dict[str, Any] = {cache_kwarg: cache} if cache is not None else {}
+    out = model(
+        input_ids=ids_BS,
+        attention_mask=attn_BT,
+        position_ids=pos_BS,
+        use_cache=True,
+        logits_to_keep=1,
+        **kwargs,
+    )
+    return output_cache(out), out.logits[:, -1, :].float(), attn_BT, pos_BS, shared

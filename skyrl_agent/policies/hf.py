@@ -38,7 +38,7 @@ import torch
 
 from skyrl_agent.models import BUNDLED_MODEL, cache_kwarg, load_model_and_tokenizer, output_cache
 from skyrl_agent.policies._engine import EngineConfig, EngineStats, InferenceEngine
-from skyrl_agent.policies._sampling import sample_rows
+from skyrl_agent.policies._sampling import find_stop, prefill, sample_rows
 from skyrl_agent.types import (
     SEED_MAX,
     SEED_MIN,
@@ -293,7 +293,7 @@ class HFPolicy:
                     new_tops[i].append(list(zip(top_ids_l[j][:k], top_vals_l[j][:k], strict=True)))
                 if tok in self.eos_token_ids or tok in stop_ids[i]:
                     finish[i], matched[i] = FinishReason.STOP, tok
-                elif p.stop and (hit := self._find_stop(new_ids[i], p.stop)) is not None:
+                elif p.stop and (hit := find_stop(self.tokenizer, new_ids[i], p.stop)) is not None:
                     finish[i], matched[i] = FinishReason.STOP, hit
                 elif len(new_ids[i]) >= p.max_tokens:
                     finish[i] = FinishReason.LENGTH
@@ -335,62 +335,16 @@ class HFPolicy:
         return results
 
     def _prefill(self, prompts: list[list[int]]) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Run the prompts through the model; return (cache, last logits, attention mask, next positions).
-
-        Rows often share a long prefix (a system prompt, a worked example, the same prompt for
-        every sample of a GRPO group). The longest prefix common to all rows is computed once
-        for one row and its KV cache repeated to every row; only the rest of each prompt is
-        run per row (left-padded inside that block, with position ids that skip the padding).
-        The result equals running every full prompt (a test checks logits and samples)."""
-        B = len(prompts)
-        shortest = min(len(p) for p in prompts)
-        shared = 0
-        if B > 1:
-            first = prompts[0]
-            while shared < shortest - 1 and all(p[shared] == first[shared] for p in prompts):
-                shared += 1
-        if shared < self.min_shared_prefix:
-            shared = 0
-        dev = self.device
-        cache = None
-        if shared:
-            prefix = torch.as_tensor(prompts[0][:shared], dtype=torch.long, device=dev)[None]  # 1 x P
-            out = self.model(
-                input_ids=prefix,
-                attention_mask=torch.ones_like(prefix),
-                position_ids=torch.arange(shared, device=dev)[None],
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            cache = output_cache(out)
-            cache.batch_repeat_interleave(B)
-        suffixes = [p[shared:] for p in prompts]
-        S = max(len(x) for x in suffixes)
-        ids_BS = torch.full((B, S), self.pad_token_id, dtype=torch.long)
-        mask_BS = torch.zeros((B, S), dtype=torch.long)
-        for i, x in enumerate(suffixes):  # left padding: every row's last token is at the end
-            ids_BS[i, S - len(x) :] = torch.as_tensor(x, dtype=torch.long)
-            mask_BS[i, S - len(x) :] = 1
-        ids_BS, mask_BS = ids_BS.to(dev), mask_BS.to(dev)
-        attn_BT = torch.cat([mask_BS.new_ones((B, shared)), mask_BS], dim=1)  # B x (P + S)
-        pos_BS = (attn_BT.cumsum(-1) - 1).clamp(min=0)[:, shared:]
-        kwargs: dict[str, Any] = {self._cache_kwarg: cache} if cache is not None else {}
-        out = self.model(
-            input_ids=ids_BS,
-            attention_mask=attn_BT,
-            position_ids=pos_BS,
-            use_cache=True,
-            logits_to_keep=1,
-            **kwargs,
+        """Run the prompts through the model (their shared prefix once: ``_sampling.prefill``);
+        return (cache, last logits, attention mask, next positions)."""
+        cache, logits_BV, attn_BT, pos_BS, _ = prefill(
+            self.model,
+            self._cache_kwarg,
+            self.pad_token_id,
+            prompts,
+            min_shared_prefix=self.min_shared_prefix,
         )
-        return output_cache(out), out.logits[:, -1, :].float(), attn_BT, pos_BS[:, -1] + 1
-
-    def _find_stop(self, ids: list[int], stops: tuple[str, ...]) -> str | None:
-        # Decode a tail long enough to hold the longest stop string: a token is at least one
-        # character, or one byte of a character of at most 4 UTF-8 bytes.
-        tail = ids[-(4 * max(len(s) for s in stops) + 4) :]
-        text = self.tokenizer.decode(tail, skip_special_tokens=False)
-        return next((s for s in stops if s in text), None)
+        return cache, logits_BV, attn_BT, pos_BS[:, -1] + 1
 
     # ------------------------------------------------------------------ weights
     def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:

@@ -3,6 +3,7 @@ import asyncio
 import pytest
 import torch
 
+from skyrl_agent.policies._sampling import find_stop
 from skyrl_agent.policies.hf import HFPolicy
 from skyrl_agent.types import FinishReason, GenerateRequest, SamplingParams
 
@@ -168,7 +169,7 @@ def test_top_k_restricts_the_sampled_tokens(tiny, tiny_policy, tokenizer):
 def test_stop_string_made_of_multibyte_characters_is_found(tiny_policy, tokenizer):
     ids = tokenizer.encode("some text then 数据库 and more", add_special_tokens=False)
     # grow the output token by token, as generation does: the first hit is where 数据 completes
-    hits = [k for k in range(1, len(ids) + 1) if tiny_policy._find_stop(ids[:k], ("数据",))]
+    hits = [k for k in range(1, len(ids) + 1) if find_stop(tokenizer, ids[:k], ("数据",))]
     assert hits, "stop string never found"
     assert "数据" in tokenizer.decode(ids[: hits[0]]) and "数据" not in tokenizer.decode(ids[: hits[0] - 1])
 
