@@ -37,6 +37,7 @@ token can in rare cases differ; set ``prefix_cache_bytes=0`` where runs must rep
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
 import contextlib
@@ -44,6 +45,7 @@ import dataclasses
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -446,6 +448,7 @@ class InferenceEngine:
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="skyrl-engine", daemon=True)
         self._thread.start()
+        _LIVE.add(self)
 
     # ------------------------------------------------------------------ public
     def submit(self, request: GenerateRequest, deadline_s: float | None = None) -> concurrent.futures.Future:
@@ -771,3 +774,14 @@ def _resolve(fut: concurrent.futures.Future, result: Any = None, exc: BaseExcept
             fut.set_result(result)
     except concurrent.futures.InvalidStateError:
         pass
+
+
+#: Engines not yet closed. At interpreter exit each is closed (its thread joined after its step)
+#: before daemon threads are frozen: a thread stopped inside a torch call aborts the process.
+_LIVE: weakref.WeakSet[InferenceEngine] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_engines() -> None:
+    for engine in list(_LIVE):
+        engine.close()
