@@ -404,6 +404,8 @@ class InferenceEngine:
         tokenizer: its tokenizer (decodes outputs, finds stop strings).
         eos_token_ids: tokens that end a generation.
         pad_token_id: filler for left padding inside a prefill.
+        cache_kwarg: the name under which ``model.forward`` takes a KV cache
+            (``skyrl_agent.models.cache_kwarg``).
         config: the engine's settings.
         seed_source: draws a seed for requests without their own.
         context: a context manager entered around model calls (bf16 autocast).
