@@ -4,7 +4,11 @@ Subclass :class:`BaseTextEnv`, register it, give it tools with :func:`tool`, and
 :func:`check_env`. This package imports no torch.
 """
 
-from skyrl_gym import envs as _builtin_envs  # noqa: F401  (registers the built-in envs)
+from skyrl_gym import (
+    envs,  # registers the built-in envs
+    error,
+    tools,
+)
 from skyrl_gym.checker import check_env
 from skyrl_gym.config import ConfigView, config_get
 from skyrl_gym.core import BaseTextEnv, Env
@@ -16,7 +20,16 @@ from skyrl_gym.errors import (
     RegistrationError,
     SkyRLError,
 )
-from skyrl_gym.registration import EnvSpec, deregister, list_envs, make, pprint_registry, register, spec
+from skyrl_gym.registration import (
+    EnvSpec,
+    deregister,
+    list_envs,
+    make,
+    pprint_registry,
+    register,
+    registry,
+    spec,
+)
 from skyrl_gym.tools import ToolGroup, tool
 from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample, MessageType
 
@@ -41,10 +54,14 @@ __all__ = [
     "check_env",
     "config_get",
     "deregister",
+    "envs",
+    "error",
     "list_envs",
     "make",
     "pprint_registry",
     "register",
+    "registry",
     "spec",
     "tool",
+    "tools",
 ]

@@ -137,6 +137,26 @@ def _run_episode(
     return trace, env, dict(metrics)
 
 
+def _check_hook_signatures(env_cls: type) -> None:
+    """``setup`` and ``grade`` are hooks the runtime calls with no argument: an override that
+    needs one (a helper that happens to be named ``grade``) would fail every episode."""
+    import inspect
+
+    for name in ("setup", "grade"):
+        impl = getattr(env_cls, name, None)
+        if impl is None or impl is getattr(BaseTextEnv, name, None):
+            continue
+        try:
+            inspect.signature(impl).bind(object())  # self only
+        except TypeError:
+            raise _fail(
+                f"{env_cls.__name__}.{name}{inspect.signature(impl)} must take no arguments: the runtime "
+                f"calls env.{name}() as a hook (see BaseTextEnv.{name}); rename a helper of that name"
+            ) from None
+        except ValueError:  # no signature (a builtin): nothing to check
+            continue
+
+
 def check_env(
     env: BaseTextEnv | Callable[[], BaseTextEnv],
     *,
@@ -175,6 +195,8 @@ def check_env(
     else:
         raise TypeError(f"check_env takes an env or a factory, got {type(env).__name__}")
 
+    _check_hook_signatures(env_cls)
+    report.checks.append("setup/grade hooks take no arguments")
     example = env_cls.example() if hasattr(env_cls, "example") else None
     if prompt is None:
         prompt = list(example.prompt) if example is not None else [{"role": "user", "content": "Hello"}]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ConfigView", "config_get"]
+__all__ = ["ConfigView", "config_get", "config_items", "parse_env_config"]
 
 _MISSING = object()
 
@@ -61,6 +63,44 @@ def config_get(cfg: Any, key: str, default: Any = _MISSING) -> Any:
             raise KeyError(f"config value {key!r} is required but missing")
         return default
     return value
+
+
+def config_items(cfg: Any, what: str = "env_config") -> dict[str, Any]:
+    """The keys a config sets, with their values: a mapping (dict, ``ConfigView``, OmegaConf
+    ``DictConfig``), a dataclass instance (such as the published ``SearchEnvConfig``) or an
+    object with attributes. ``None`` sets nothing. Used to refuse unknown keys by name."""
+    from skyrl_gym.errors import ConfigError
+
+    if cfg is None:
+        return {}
+    if isinstance(cfg, Mapping) or (hasattr(cfg, "keys") and hasattr(cfg, "__getitem__")):
+        return {str(k): cfg[k] for k in cfg.keys()}
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    if hasattr(cfg, "__dict__"):
+        return {k: v for k, v in vars(cfg).items() if not k.startswith("_")}
+    raise ConfigError(
+        f"{what} must be a mapping (a dict, an OmegaConf DictConfig) or a dataclass, got {type(cfg).__name__}"
+    )
+
+
+def parse_env_config(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``("max_turns=3", "db_dir=/d")`` -> ``{"max_turns": 3, "db_dir": "/d"}``: each VALUE is
+    read as JSON when it parses (numbers, booleans, lists), else kept as a string."""
+    from skyrl_gym.errors import ConfigError
+
+    if isinstance(items, str):
+        raise ConfigError("env_config must be a tuple of 'KEY=VALUE' strings, e.g. ('max_turns=3',)")
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"env_config item {item!r} is not KEY=VALUE (e.g. max_turns=3)")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw
+    return out
 
 
 # --------------------------------------------------------------------------- configs on the CLI

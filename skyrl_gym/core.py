@@ -46,7 +46,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from skyrl_gym.metrics import default_aggregate_metrics
+from skyrl_gym._aggregate import default_aggregate_metrics
 from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
 
 if TYPE_CHECKING:
@@ -201,6 +201,18 @@ class BaseTextEnv(Env[ConversationType, str]):
     def aggregate_metrics(metrics: list[dict[str, Any]]) -> dict[str, Any]:
         """Combine ``get_metrics()`` of many episodes; the default averages numeric fields."""
         return default_aggregate_metrics(metrics)
+
+    # ----------------------------------------------------------------- data
+    @classmethod
+    def bundled_rows(cls, split: str = "train", n: int = 0, seed: int = 0) -> list[dict[str, Any]] | None:
+        """The dataset rows this env ships with, in the published columns (``prompt``,
+        ``env_class``, ``reward_spec``, the env's extras), or None when it ships none.
+
+        ``split`` is ``"train"`` or ``"test"`` (held out: disjoint from ``train``); ``n`` > 0
+        caps the count (envs that generate rows make exactly ``n``, seeded by ``seed``); 0 gives
+        the env's default set. ``skyrl train`` reads its data here when no ``--data`` is given.
+        Override in envs with bundled data."""
+        return None
 
     # ----------------------------------------------------------------- checking
     @classmethod

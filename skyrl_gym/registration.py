@@ -35,6 +35,7 @@ __all__ = [
     "list_envs",
     "pprint_registry",
     "registry",
+    "load_env_creator",
     "PLUGIN_GROUP",
 ]
 
@@ -102,6 +103,17 @@ class EnvSpec:
 
 
 registry: dict[str, EnvSpec] = {}
+"""Every registered :class:`EnvSpec` by id (the published ``skyrl_gym.registry``). Read it;
+change it only through :func:`register` and :func:`deregister`."""
+
+
+def load_env_creator(name: str) -> Callable[..., Env]:
+    """Import the entry point ``"package.module:Attr"`` and return it (the env class or factory)."""
+    if not isinstance(name, str) or not _ENTRY_RE.match(name):
+        raise RegistrationError(f"entry point must look like 'package.module:Class', got {name!r}")
+    return EnvSpec(id=name, entry_point=name).load()
+
+
 _lock = threading.RLock()
 _plugins_loaded = False
 _plugins_loading = False

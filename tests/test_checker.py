@@ -111,3 +111,16 @@ def test_step_output_reads_like_the_published_typed_dict():
     assert out.reward == 2.0
     with pytest.raises(KeyError):
         out["nope"]
+
+
+class _GradeHelperEnv(GuessEnv):
+    """A helper named like the runtime's ``grade`` hook but taking an argument (the bug the
+    ``code`` env once had: every episode through the runtime failed in ``env.grade()``)."""
+
+    def grade(self, code):
+        return 1.0
+
+
+def test_check_env_refuses_hooks_that_take_arguments():
+    with pytest.raises(EnvContractError, match=r"_GradeHelperEnv.grade\(self, code\) must take no arguments"):
+        check_env(lambda: _GradeHelperEnv())

@@ -1,9 +1,31 @@
 """Built-in environments, registered by id when ``skyrl_gym`` is imported.
 
-Entry points are strings, so no env module is imported until the env is made.
+Entry points are strings, so no env module is imported until the env is made. ``register`` and
+``deregister`` are importable from here too, as in the published package.
 """
 
-from skyrl_gym.registration import register
+from collections.abc import Callable
+
+from skyrl_gym import tools as _tools
+from skyrl_gym.registration import deregister, register
+
+__all__ = ["deregister", "register"]
+
+#: The published tool groups, importable as ``from skyrl_gym.tools import SearchToolGroup``.
+PUBLISHED_TOOL_GROUPS = ("PythonCodeExecutorToolGroup", "SQLCodeExecutorToolGroup", "SearchToolGroup")
+
+
+def _published_group(name: str) -> Callable[[], object]:
+    def load() -> object:
+        from skyrl_gym.envs import published_tools
+
+        return getattr(published_tools, name)
+
+    return load
+
+
+for _name in PUBLISHED_TOOL_GROUPS:
+    _tools.provide(_name, _published_group(_name))
 
 
 def _register_builtins() -> None:
@@ -49,6 +71,26 @@ def _register_builtins() -> None:
             "code_multi_turn",
             "skyrl_gym.envs.code.env:CodeMultiTurnEnv",
             "LiveCodeBench-style coding with a sandboxed python tool before the final answer",
+        ),
+        (
+            "aime",
+            "skyrl_gym.envs.math.aime:AIMEEnv",
+            "Competition math, one turn, 'Answer: ...' graded Minerva style, reward +1/-1",
+        ),
+        (
+            "lcb",
+            "skyrl_gym.envs.code.lcb:LCBEnv",
+            "LiveCodeBench rows in the published format, graded by the sandboxed code grader",
+        ),
+        (
+            "searchcode",
+            "skyrl_gym.envs.searchcode.env:SearchCodeEnv",
+            "Math with two tools, <tool><search>/<python></tool>, GSM8K-strict reward at <solution>",
+        ),
+        (
+            "rlm",
+            "skyrl_gym.envs.rlm.env:RLMEnv",
+            "Recursive LM: a sandboxed persistent Python REPL holds the context; FINAL(...) graded by exact match",
         ),
     ]
     for env_id, entry_point, description in builtins:

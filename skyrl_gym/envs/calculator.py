@@ -140,6 +140,13 @@ class CalculatorEnv(BaseTextEnv):
         self.answered = False
 
     @classmethod
+    def bundled_rows(cls, split: str = "train", n: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+        """Generated rows (400 when ``n`` is 0); train and test expressions are disjoint."""
+        if split not in ("train", "test"):
+            raise ConfigError(f"unknown split {split!r}; use 'train' or 'test'")
+        return generate_calculator_rows(n or 400, split=split, seed=seed)
+
+    @classmethod
     def example(cls) -> EnvExample:
         row = generate_calculator_rows(1, split="test")[0]
         call = json.dumps({"name": "calc", "arguments": {"expr": row["expr"]}})

@@ -5,6 +5,10 @@ address space, processes, file size, no core dumps) and, where bubblewrap works,
 namespaces with all capabilities dropped. When the command ends, everything it started ends
 too: under bubblewrap the pid namespace dies with it; otherwise the sandbox kills every process
 of its own uid (as root) or of its session. On timeout: SIGTERM, ``grace_s``, SIGKILL.
+
+``spawn`` starts one long-lived process instead (a worker that serves many requests over its
+pipes, such as the persistent REPL of the ``rlm`` envs), under the same isolation and limits;
+``kill`` or ``close`` end it with everything it started.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skyrl_gym.errors import ConfigError, SandboxError
@@ -150,6 +154,7 @@ class LocalSandbox(BaseSandbox):
             self.uid = self._free_uid()
         # One command at a time: cleanup after a command kills every process of the sandbox.
         self._lock = threading.RLock()  # re-entrant: close() may run from a signal handler mid-command
+        self._spawned: subprocess.Popen[bytes] | None = None  # the process spawn() started
         self._prlimit = shutil.which("prlimit")
         self._bwrap = shutil.which("bwrap")
         base = config.base_dir or tempfile.gettempdir()
@@ -265,6 +270,7 @@ class LocalSandbox(BaseSandbox):
         stdin: bytes | str | None,
     ) -> ExecResult:
         self._check_open()
+        self._check_not_spawned()
         timeout = self.limits.timeout_s if timeout is None else float(timeout)
         if timeout <= 0:
             raise ConfigError(f"timeout must be > 0, got {timeout}")
@@ -299,13 +305,68 @@ class LocalSandbox(BaseSandbox):
             stderr_bytes=err.total,
         )
 
+    # -- long-lived processes -------------------------------------------------------------------
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cpu_budget_s: float,
+        env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start a long-lived process in the sandbox and return it, with pipes on its stdin,
+        stdout and stderr for the caller to talk to it (a worker serving many requests).
+
+        It runs with the sandbox's isolation, uid and limits; its CPU-time limit is worked out
+        as for an ``exec`` whose deadline is ``cpu_budget_s``. There is no wall-clock deadline:
+        the caller keeps its own and ends the process with :meth:`kill`; ``close()`` ends it
+        too. Under bubblewrap it also dies with this process (``--die-with-parent``; the kernel
+        ties that to the thread that called ``spawn``). One at a time: while it runs, ``exec``
+        and the file methods raise ``SandboxError``, because their cleanup would end it."""
+        if not cpu_budget_s > 0:
+            raise ConfigError(f"cpu_budget_s must be > 0, got {cpu_budget_s!r}")
+        args = [str(a) for a in argv]
+        if not args:
+            raise ConfigError("empty command")
+        with self._lock:
+            self._check_open()
+            self._check_not_spawned()
+            cwd = self._abs(workdir)
+            if not os.path.isdir(cwd):
+                raise SandboxFileNotFoundError(f"workdir {cwd!r} does not exist in the sandbox")
+            self._spawned = self._spawn(args, cwd, cpu_budget_s, env, None, pipe_stdin=True)
+            return self._spawned
+
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        """End ``proc`` (started by :meth:`spawn`) and everything else the sandbox runs, wait
+        for it and close its pipes. Idempotent."""
+        with self._lock:
+            self._reap(proc)
+            if proc is self._spawned:
+                self._spawned = None
+
+    def _check_not_spawned(self) -> None:
+        proc = self._spawned
+        if proc is not None and proc.poll() is None:
+            raise SandboxError(
+                f"{self!r} runs a process started with spawn() (pid {proc.pid}); a command or file "
+                "transfer would end it: kill() it first, or use another sandbox"
+            )
+
     def _spawn(
-        self, argv: list[str], cwd: str, timeout: float, env: Mapping[str, str] | None, data: bytes | None
+        self,
+        argv: list[str],
+        cwd: str,
+        timeout: float,
+        env: Mapping[str, str] | None,
+        data: bytes | None,
+        *,
+        pipe_stdin: bool = False,
     ) -> subprocess.Popen[bytes]:
         user = {"user": self.uid, "group": self.uid, "extra_groups": []} if self.uid is not None else {}
         return subprocess.Popen(
             self._argv(argv, cwd, timeout),
-            stdin=subprocess.PIPE if data else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if data or pipe_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd="/" if self.use_bwrap else cwd,  # bubblewrap changes directory inside
@@ -402,6 +463,7 @@ class LocalSandbox(BaseSandbox):
         err = Sink(64 * 1024)
         with self._lock:
             self._check_open()
+            self._check_not_spawned()
             proc = self._spawn(
                 ["/bin/sh", "-c", script, "skyrl-file", *args], self.workdir, TRANSFER_TIMEOUT_S, None, stdin
             )
@@ -416,6 +478,9 @@ class LocalSandbox(BaseSandbox):
     def _close(self) -> None:
         _cleanup.untrack(self)
         with self._lock:
+            if self._spawned is not None:
+                self._reap(self._spawned)
+                self._spawned = None
             self._kill_uid_and_remove()
 
     def _kill_uid_and_remove(self) -> None:

@@ -241,3 +241,25 @@ def test_sigterm_to_the_owner_removes_its_sandboxes():
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == -signal.SIGTERM  # it still dies by SIGTERM
     assert not os.path.exists(workdir)
+
+
+@needs_isolation
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_spawn_a_long_lived_process_and_kill_it(isolation):
+    with LocalSandbox(LocalSandboxConfig(limits=FAST, isolation=isolation)) as sb:
+        proc = sb.spawn(["sh", "-c", "read line; echo got $line; sleep 100 & sleep 100"], cpu_budget_s=5)
+        proc.stdin.write(b"hello\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"got hello\n"
+        with pytest.raises(SandboxError, match="spawn"):
+            sb.exec("true")  # its cleanup would end the spawned process
+        with pytest.raises(SandboxError, match="spawn"):
+            sb.spawn(["true"], cpu_budget_s=1)
+        sb.kill(proc)
+        assert proc.returncode is not None
+        assert sb.exec("echo again").stdout == "again\n"  # usable again after kill()
+        sb.kill(proc)  # idempotent
+        with pytest.raises(ConfigError):
+            sb.spawn(["true"], cpu_budget_s=0)
+        second = sb.spawn(["sleep", "100"], cpu_budget_s=5)
+    assert second.poll() is not None  # close() ended it

@@ -122,6 +122,14 @@ class CodeEnv(BaseTextEnv):
         self.format_error = False
 
     @classmethod
+    def bundled_rows(cls, split: str = "train", n: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+        """The bundled problems (LiveCodeBench-style rows); train and test problems are disjoint."""
+        if split not in ("train", "test"):
+            raise ConfigError(f"unknown split {split!r}; use 'train' or 'test'")
+        rows = load_bundled_rows(split)  # type: ignore[arg-type]
+        return rows[:n] if n else rows
+
+    @classmethod
     def example(cls) -> EnvExample:
         row = load_bundled_rows("test")[0]
         return EnvExample(
@@ -159,7 +167,7 @@ class CodeEnv(BaseTextEnv):
             sandbox.close()
 
     # ------------------------------------------------------------------ grading
-    def grade(self, code: str) -> GradeReport:
+    def grade_program(self, code: str) -> GradeReport:
         """Run ``code`` against this episode's hidden tests (no sandbox is made for a program
         that does not compile)."""
         failed = not_compiled(code, self.tests)
@@ -175,14 +183,20 @@ class CodeEnv(BaseTextEnv):
             python=self.config.python,
         )
 
+    def extract_program(self, action: str) -> str | None:
+        """The program in a final answer: the last fenced Python (or untagged) block, or None.
+
+        Subclasses that read answers another way (``lcb``) override it."""
+        return extract_code(action)
+
     def _answer(self, action: str) -> tuple[float, dict[str, Any]]:
-        """Grade the last code block of ``action``: (reward, metadata)."""
-        code = extract_code(action)
+        """Grade the program of ``action`` (:meth:`extract_program`): (reward, metadata)."""
+        code = self.extract_program(action)
         if code is None:
             self.format_error = True
             return 0.0, {"error": "format", "message": "no ```python code block in the answer"}
         self.format_error = False
-        self.report = report = self.grade(code)
+        self.report = report = self.grade_program(code)
         meta: dict[str, Any] = {
             "passed": report.all_passed,
             "tests_passed": report.n_passed,

@@ -39,6 +39,13 @@ class GSM8KEnv(BaseTextEnv):
         self.answer: str | None = None
 
     @classmethod
+    def bundled_rows(cls, split: str = "train", n: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+        """Generated arithmetic word problems (400 when ``n`` is 0), train and test disjoint."""
+        if split not in ("train", "test"):
+            raise ConfigError(f"unknown split {split!r}; use 'train' or 'test'")
+        return generate_problems(n or 400, split=split, seed=seed, env_class="gsm8k")
+
+    @classmethod
     def example(cls) -> EnvExample:
         row = generate_problems(1, split="test")[0]
         return EnvExample(
@@ -79,6 +86,13 @@ class GSM8KMultiTurnEnv(BaseTextEnv):
         self.format_reward = float(config_get(env_config, "format_reward", 0.2))
         self.solved = False
         self.formatted_turns = 0
+
+    @classmethod
+    def bundled_rows(cls, split: str = "train", n: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+        """The ``gsm8k`` problems (400 when ``n`` is 0) as ``gsm8k_multi_turn`` rows."""
+        if split not in ("train", "test"):
+            raise ConfigError(f"unknown split {split!r}; use 'train' or 'test'")
+        return generate_problems(n or 400, split=split, seed=seed, env_class="gsm8k_multi_turn")
 
     @classmethod
     def example(cls) -> EnvExample:

@@ -51,11 +51,26 @@ from skyrl_gym.core import BaseTextEnv
 from skyrl_gym.envs.search.bm25 import BM25Index, load_passages
 from skyrl_gym.envs.search.data import bundled_passages, load_bundled_rows
 from skyrl_gym.envs.search.remote import RemoteRetriever
-from skyrl_gym.envs.search.types import BM25Config, RemoteRetrieverConfig, Retriever, SearchConfig, SearchHit
+from skyrl_gym.envs.search.types import (
+    BM25Config,
+    RemoteRetrieverConfig,
+    Retriever,
+    SearchConfig,
+    SearchEnvConfig,
+    SearchHit,
+)
 from skyrl_gym.errors import ConfigError
 from skyrl_gym.types import BaseTextEnvStepOutput, EnvExample
 
-__all__ = ["SearchEnv", "normalize_answer", "exact_match", "format_hits", "format_published", "bm25_index"]
+__all__ = [
+    "SearchEnv",
+    "SearchEnvConfig",
+    "normalize_answer",
+    "exact_match",
+    "format_hits",
+    "format_published",
+    "bm25_index",
+]
 
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _SEARCH_RE = re.compile(r"<search>(.*?)</search>", re.DOTALL)
@@ -157,6 +172,14 @@ class SearchEnv(BaseTextEnv):
             assert self._remote_config is not None
             self._retriever = RemoteRetriever(self._remote_config, rng=self.rng)
         return self._retriever
+
+    @classmethod
+    def bundled_rows(cls, split: str = "train", n: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+        """The bundled questions over the bundled corpus; train and test questions are disjoint."""
+        if split not in ("train", "test"):
+            raise ConfigError(f"unknown split {split!r}; use 'train' or 'test'")
+        rows = [dict(r) for r in load_bundled_rows(split)]
+        return rows[:n] if n else rows
 
     @classmethod
     def example(cls) -> EnvExample:

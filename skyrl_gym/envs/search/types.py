@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from skyrl_gym.config import config_items
 from skyrl_gym.errors import ConfigError, SkyRLError, did_you_mean
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "BM25Config",
     "RemoteRetrieverConfig",
     "SearchConfig",
+    "SearchEnvConfig",
     "Retriever",
     "RetrieverKind",
     "RequestFormat",
@@ -144,24 +145,6 @@ _REMOTE_KEYS = (
 _PUBLISHED_TIMEOUT_S = 30.0
 
 
-def _config_items(env_config: Any) -> dict[str, Any]:
-    """The keys an env config sets, with their values: a mapping (dict, ``ConfigView``,
-    OmegaConf ``DictConfig``), a dataclass instance (the published ``SearchEnvConfig``) or an
-    object with attributes."""
-    if env_config is None:
-        return {}
-    if isinstance(env_config, Mapping):
-        return {str(k): env_config[k] for k in env_config.keys()}
-    if dataclasses.is_dataclass(env_config) and not isinstance(env_config, type):
-        return {f.name: getattr(env_config, f.name) for f in dataclasses.fields(env_config)}
-    if hasattr(env_config, "__dict__"):
-        return {k: v for k, v in vars(env_config).items() if not k.startswith("_")}
-    raise ConfigError(
-        f"search env_config must be a mapping (a dict, an OmegaConf DictConfig) or a dataclass, "
-        f"got {type(env_config).__name__}"
-    )
-
-
 def _number(items: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
     value = items.get(key)
     if value is None:
@@ -172,6 +155,24 @@ def _number(items: Mapping[str, Any], key: str, kind: type, default: Any) -> Any
         return kind(value)
     except (TypeError, ValueError):
         raise ConfigError(f"search {key} must be a number, got {value!r}") from None
+
+
+@dataclass
+class SearchEnvConfig:
+    """The published skyrl-gym ``SearchEnvConfig``: its four keys and their defaults.
+
+    Passed as ``env_config`` it selects published-compatible mode (see :class:`SearchConfig`):
+    the retrieval server at ``search_url``. For the bundled local index, pass no config (or a
+    dict without ``search_url``) instead."""
+
+    log_requests: bool = False
+    """Log each request to the retriever (logger ``skyrl_gym.envs.search.remote``)."""
+    search_url: str = "http://127.0.0.1:8000/retrieve"
+    """The retrieval server's ``/retrieve`` endpoint."""
+    topk: int = 3
+    """Passages per search."""
+    timeout: int = 30
+    """Seconds per request."""
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ class SearchConfig:
         """Read a dict, an OmegaConf ``DictConfig`` or a dataclass (such as the published
         ``SearchEnvConfig``). An unknown key, or a key of the other retriever, raises
         :class:`ConfigError` with the closest known key."""
-        items = _config_items(env_config)
+        items = config_items(env_config, "search env_config")
         known = (*_COMMON_KEYS, *_BM25_KEYS, *_REMOTE_KEYS)
         for key in items:
             if key not in known:

@@ -36,7 +36,12 @@ from skyrl_gym.envs.sql.types import Grade, QueryStatus, Text2SQLConfig
 from skyrl_gym.errors import ConfigError
 from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
 
-__all__ = ["Text2SQLEnv", "LAYOUTS", "INVALID_ACTION_HINT", "resolve_db_file"]
+__all__ = ["Text2SQLEnv", "Text2SQLEnvConfig", "LAYOUTS", "INVALID_ACTION_HINT", "resolve_db_file"]
+
+#: The published name of the env's config (``skyrl_gym.envs.sql.env.Text2SQLEnvConfig``): here it
+#: is :class:`Text2SQLConfig`, whose ``db_path`` defaults to the bundled databases (published:
+#: ``/home/ray/default/sql_data``).
+Text2SQLEnvConfig = Text2SQLConfig
 
 #: Where each published data source keeps its databases under ``db_path``.
 LAYOUTS: dict[str, str] = {
@@ -113,6 +118,16 @@ class Text2SQLEnv(BaseTextEnv):
         self._sql_refused = 0
         self._sql_timeouts = 0
         self._no_sql = 0
+
+    @classmethod
+    def bundled_rows(cls, split: str = "train", n: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+        """The bundled questions: ``test`` is the held-out ``eval`` split (other databases)."""
+        from skyrl_gym.envs.sql.prompt import load_bundled_rows
+
+        if split not in ("train", "test"):
+            raise ConfigError(f"unknown split {split!r}; use 'train' or 'test'")
+        rows = [dict(r) for r in load_bundled_rows("train" if split == "train" else "eval")]
+        return rows[:n] if n else rows
 
     @classmethod
     def example(cls) -> EnvExample:

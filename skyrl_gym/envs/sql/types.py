@@ -158,10 +158,28 @@ class Text2SQLConfig:
 
         Limit fields (``explore_timeout_s``, ``max_rows``...) may be given at the top level of
         ``env_config`` or under ``env_config.limits``."""
-        from skyrl_gym.config import config_get
+        from skyrl_gym.config import config_get, config_items
+        from skyrl_gym.errors import ConfigError, did_you_mean
 
-        limit_values: dict[str, Any] = {}
+        limit_keys = tuple(ExecutorLimits.__dataclass_fields__)
+        own_keys = tuple(cls.__dataclass_fields__)
+        known = (*own_keys, *limit_keys)
+        for key in config_items(env_config, "text2sql env_config"):
+            if key not in known:
+                raise ConfigError(
+                    f"unknown text2sql env_config key {key!r}.{did_you_mean(key, known)} "
+                    f"Known keys: {', '.join(sorted(known))}"
+                )
         nested = config_get(env_config, "limits", None)
+        if isinstance(nested, ExecutorLimits):
+            nested = {name: getattr(nested, name) for name in limit_keys}
+        for key in config_items(nested, "text2sql env_config limits"):
+            if key not in limit_keys:
+                raise ConfigError(
+                    f"unknown text2sql env_config limits key {key!r}.{did_you_mean(key, limit_keys)} "
+                    f"Known keys: {', '.join(sorted(limit_keys))}"
+                )
+        limit_values: dict[str, Any] = {}
         for name in ExecutorLimits.__dataclass_fields__:
             value = config_get(env_config, name, None)
             if nested is not None:
