@@ -153,11 +153,11 @@ def section0(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
 
 def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, Any]) -> None:
     from trainers.config import TrainConfig
-    from trainers.data import load_rows
-    from trainers.loop import evaluate
+    from trainers.data import load_items
+    from trainers.evaluation import evaluate
 
     cfg = TrainConfig(eval_prompts=args.eval_prompts, progress=False, bf16=args.bf16)
-    rows = load_rows(cfg.env, "test", cfg.eval_prompts, seed=cfg.seed)
+    rows = load_items(cfg.env, "test", cfg.eval_prompts, seed=cfg.seed)
     print(f"\n## 1. the main job's evaluation: {len(rows)} prompts x {cfg.eval_samples} samples, two turns")
     out: dict[str, Any] = {}
     for name, kw in (("engine", {}), ("static", {"scheduler": "static"})):

@@ -30,10 +30,14 @@ def add_rollout_command(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_rollout_arguments(p)
-    p.add_argument("--env", help="registered env id (see `skyrl envs`)")
+    p.add_argument(
+        "--env",
+        help="registered env id (see `skyrl envs`): the env of rows that name none (their env_class wins)",
+    )
     p.add_argument(
         "--prompts",
-        help="tasks: a JSONL or Parquet file or a saved datasets directory (default: the env's example())",
+        help="tasks: a JSONL or Parquet file or a saved datasets directory with the published columns "
+        "(default: the env's example())",
     )
     # moved to the adapter that owns Harbor tasks (the runtime imports no adapter)
     p.add_argument("--harbor", metavar="TASKS_DIR", help=argparse.SUPPRESS)
@@ -79,6 +83,13 @@ def _add_common(p: argparse.ArgumentParser, temperature: float) -> None:
         type=int,
         default=None,
         help="use at most this many prompts (default: all, or 1 example)",
+    )
+    p.add_argument(
+        "--env-config",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="settings for every env the run makes (a row's own env_config wins), e.g. db_path=/data",
     )
     p.add_argument("--n", type=int, default=1, help="samples per prompt (a GRPO group)")
     p.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once")
@@ -149,8 +160,10 @@ def _save(trajectories: list, out: Path) -> None:
 
 def _play(args: argparse.Namespace, items: list | None = None, overrides: dict | None = None):  # noqa: ANN202 - a RolloutResult
     from skyrl_agent.chat import ChatRenderer
-    from skyrl_agent.engine import RolloutEngine, load_prompts, prompts_from_example
+    from skyrl_agent.engine import RolloutEngine, prompts_from_example
+    from skyrl_agent.tasks import load_tasks, with_env_config
     from skyrl_agent.types import RolloutConfig, SamplingParams
+    from skyrl_gym.config import parse_env_config
     from skyrl_gym.errors import ConfigError
 
     overrides = overrides or {}
@@ -159,14 +172,15 @@ def _play(args: argparse.Namespace, items: list | None = None, overrides: dict |
             f"`skyrl rollout --harbor DIR` is now `skyrl harbor rollout {args.harbor}` (the same flags)"
         )
     if items is None:
-        if not args.env:
-            raise ConfigError("give --env ENV_ID (see `skyrl envs`)")
         if args.prompts:
-            items = load_prompts(args.prompts, env_id=args.env, limit=args.num_prompts)
-        else:
+            items = load_tasks(args.prompts, default_env_id=args.env, limit=args.num_prompts)
+        elif args.env:
             items = prompts_from_example(args.env, args.num_prompts or 1)
+        else:
+            raise ConfigError("give --env ENV_ID (see `skyrl envs`) or --prompts FILE")
     if not items:
         raise ConfigError("no prompts to play")
+    items = with_env_config(items, parse_env_config(getattr(args, "env_config", None) or ()))
     config = RolloutConfig(
         max_turns=args.max_turns,
         max_tokens_per_turn=args.max_tokens,
@@ -194,7 +208,8 @@ def _play(args: argparse.Namespace, items: list | None = None, overrides: dict |
     policy = _load_policy(args)
     renderer = ChatRenderer(policy.tokenizer, template)
     print(
-        f"[rollout] env {args.env}: {len(items)} prompt(s) x {args.n} sample(s), model {args.model}",
+        f"[rollout] env {', '.join(sorted({i.env_id for i in items}))}: {len(items)} prompt(s) x {args.n} "
+        f"sample(s), model {args.model}",
         file=sys.stderr,
     )
     engine = RolloutEngine(policy, config, renderer=renderer, progress=False if args.quiet else None)

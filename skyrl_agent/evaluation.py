@@ -16,7 +16,20 @@ from typing import Any
 
 from skyrl_agent.types import Trajectory
 
-__all__ = ["EvalSummary", "pass_at_k", "summarize"]
+__all__ = ["EvalSummary", "SUCCESS_METRICS", "episode_success", "pass_at_k", "summarize"]
+
+#: Env metrics that say whether an episode succeeded, in the order they are looked for.
+SUCCESS_METRICS = ("correct", "solved", "resolved")
+
+
+def episode_success(traj: Trajectory, success_threshold: float = 1.0) -> bool:
+    """Whether an episode succeeded: what its env says (the first of :data:`SUCCESS_METRICS`
+    in its metrics), else whether its reward reached ``success_threshold``. The one definition
+    of success, for ``skyrl eval`` and for the trainer's held-out evaluation."""
+    for key in SUCCESS_METRICS:
+        if key in traj.env_metrics:
+            return bool(traj.env_metrics[key])
+    return traj.reward >= success_threshold
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -44,7 +57,7 @@ class EvalSummary:
     mean_reward: float
     """Mean total reward of unmasked episodes."""
     success_rate: float
-    """Fraction of unmasked episodes whose reward reaches the success threshold."""
+    """Fraction of unmasked episodes that succeeded (:func:`episode_success`)."""
     pass_at: dict[int, float] = field(default_factory=dict)
     """pass@k for each requested k (over prompts with at least k unmasked samples)."""
     mean_turns: float = 0.0
@@ -76,14 +89,15 @@ def summarize(
     ks: Sequence[int] = (1,),
     aggregate: Any = None,
 ) -> EvalSummary:
-    """Summarize episodes. An episode succeeds when its reward is >= ``success_threshold``.
+    """Summarize episodes. An episode succeeds as :func:`episode_success` says: its env's
+    ``correct``/``solved``/``resolved`` metric, else a reward of at least ``success_threshold``.
 
     ``aggregate`` is the env class's ``aggregate_metrics`` (default: numeric means).
     """
     good = [t for t in trajectories if not t.masked]
     groups: dict[tuple[int, str], list[bool]] = defaultdict(list)
     for t in good:
-        groups[(t.group_id, t.prompt_id)].append(t.reward >= success_threshold)
+        groups[(t.group_id, t.prompt_id)].append(episode_success(t, success_threshold))
     pass_at = {}
     for k in ks:
         eligible = [v for v in groups.values() if len(v) >= k]
@@ -96,7 +110,7 @@ def summarize(
         masked=len(trajectories) - len(good),
         prompts=len(groups),
         mean_reward=sum(t.reward for t in good) / len(good) if good else 0.0,
-        success_rate=sum(t.reward >= success_threshold for t in good) / len(good) if good else 0.0,
+        success_rate=sum(episode_success(t, success_threshold) for t in good) / len(good) if good else 0.0,
         pass_at=pass_at,
         mean_turns=sum(t.num_turns for t in good) / len(good) if good else 0.0,
         env_metrics=dict(aggregate([t.env_metrics for t in good])) if good else {},

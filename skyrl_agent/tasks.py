@@ -23,6 +23,7 @@ them), a directory written by ``datasets.Dataset.save_to_disk``, a ``datasets.Da
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,7 +33,7 @@ from typing import Any
 from skyrl_agent.types import PromptItem
 from skyrl_gym.errors import ConfigError
 
-__all__ = ["row_to_item", "item_to_row", "load_tasks", "save_tasks", "tasks_to_dataset"]
+__all__ = ["row_to_item", "item_to_row", "load_tasks", "save_tasks", "tasks_to_dataset", "with_env_config"]
 
 #: Columns that are not passed on in the env's extras.
 _OWN_COLUMNS = frozenset({"prompt", "env_class", "env_id", "env_config", "id", "extras"})
@@ -65,14 +66,22 @@ def _messages(prompt: Any, where: str) -> tuple[dict[str, Any], ...]:
 
 
 def row_to_item(
-    row: Mapping[str, Any], *, env_id: str | None = None, default_id: str = "", where: str = "row"
+    row: Mapping[str, Any],
+    *,
+    env_id: str | None = None,
+    default_id: str = "",
+    where: str = "row",
+    default_env_id: str | None = None,
 ) -> PromptItem:
-    """One row with the published columns as a :class:`PromptItem` (see the module docstring)."""
+    """One row with the published columns as a :class:`PromptItem` (see the module docstring).
+
+    ``env_id`` overrides the row's ``env_class``; ``default_env_id`` is used only for a row
+    without one."""
     row = _plain(dict(row))
     if "prompt" not in row:
         raise ConfigError(f"{where}: no 'prompt' column (a list of chat messages or a string)")
     prompt = _messages(row["prompt"], where)
-    row_env = env_id or row.get("env_class") or row.get("env_id")
+    row_env = env_id or row.get("env_class") or row.get("env_id") or default_env_id
     if not row_env:
         raise ConfigError(f"{where}: no env id; add 'env_class' to the row or pass env_id (--env)")
     extras = {k: v for k, v in row.items() if k not in _OWN_COLUMNS}
@@ -168,11 +177,12 @@ def load_tasks(
     env_id: str | None = None,
     limit: int | None = None,
     split: str | None = None,
+    default_env_id: str | None = None,
 ) -> list[PromptItem]:
     """Read tasks from ``source`` (see the module docstring) as :class:`PromptItem` objects.
 
-    ``env_id`` overrides the rows' ``env_class``; ``limit`` keeps the first rows; ``split``
-    picks a split of a ``DatasetDict``."""
+    ``env_id`` overrides the rows' ``env_class``; ``default_env_id`` names the env of rows that
+    have none; ``limit`` keeps the first rows; ``split`` picks a split of a ``DatasetDict``."""
     items = []
     for row, default_id, where in _rows_of(source, split):
         if limit is not None and len(items) >= limit:
@@ -181,8 +191,37 @@ def load_tasks(
             raise ConfigError(
                 f"{where}: a task row must be an object with a 'prompt', got {type(row).__name__}"
             )
-        items.append(row_to_item(row, env_id=env_id, default_id=default_id, where=where))
+        items.append(
+            row_to_item(row, env_id=env_id, default_id=default_id, where=where, default_env_id=default_env_id)
+        )
     return items
+
+
+def with_env_config(
+    items: Sequence[PromptItem], env_config: Mapping[str, Any] | None = None
+) -> list[PromptItem]:
+    """The tasks with a run-wide ``env_config`` (``--env-config KEY=VALUE``) under each task's
+    own: a row's ``env_config`` wins key by key.
+
+    A key ``ENV.KEY`` whose prefix is a registered env id applies to that env's tasks only
+    (``text2sql.db_path=/data``), as the published config has one section per env class; a
+    dataset that mixes envs can so give each its settings. Other keys apply to every task."""
+    if not env_config:
+        return list(items)
+    from skyrl_gym.registration import registry
+
+    shared: dict[str, Any] = {}
+    scoped: dict[str, dict[str, Any]] = {}
+    for key, value in env_config.items():
+        prefix, dot, rest = str(key).partition(".")
+        if dot and rest and prefix in registry:
+            scoped.setdefault(prefix, {})[rest] = value
+        else:
+            shared[key] = value
+    return [
+        dataclasses.replace(item, env_config={**shared, **scoped.get(item.env_id, {}), **item.env_config})
+        for item in items
+    ]
 
 
 def tasks_to_dataset(items: Sequence[PromptItem]) -> Any:

@@ -3,7 +3,9 @@
 The algorithms are pure functions over ``B x T`` token tensors (see :mod:`trainers.types` for the
 layout): advantage estimators (:func:`compute_advantages`), policy losses (:func:`policy_loss`),
 loss reductions (:func:`reduce_loss`), KL to a reference model (:mod:`trainers.kl`), the
-entropy bonus and the critic's clipped value loss (:func:`value_loss`). Each returns its result and a small stats record of plain floats.
+entropy bonus and the critic's clipped value loss (:func:`value_loss`). Each returns its result
+and a small stats record of plain floats. Logprobs and entropies from logits
+(:func:`token_logprobs_from_logits`, :func:`entropy_from_logits`) live in :mod:`trainers.logprobs`.
 """
 
 from trainers.advantages import (
@@ -17,16 +19,15 @@ from trainers.advantages import (
     turn_returns,
 )
 from trainers.kl import kl_estimate, kl_loss, kl_penalized_rewards
+from trainers.logprobs import entropy_from_logits, token_logprobs_from_logits
 from trainers.losses import (
     cispo_loss,
     entropy_bonus_loss,
-    entropy_from_logits,
     gspo_loss,
     importance_sampling_loss,
     policy_loss,
     ppo_clip_loss,
     reduce_loss,
-    token_logprobs_from_logits,
     value_loss,
 )
 from trainers.types import (

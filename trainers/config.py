@@ -1,12 +1,28 @@
-"""The configuration of a training run: one frozen dataclass, every field a ``skyrl train`` flag."""
+"""The configuration of a training run: one frozen dataclass, every field a ``skyrl train`` flag.
+
+The closed algorithm choices (``advantage``, ``loss``, ``reduction``, ``kl_estimator``) are the
+values of the enums in :mod:`trainers.types` (``Literal[*Enum]``), and the loss hyperparameters
+default to :class:`~trainers.types.PolicyLossConfig`'s, so the flags cannot drift from what the
+losses accept. :attr:`TrainConfig.loss_config` and :attr:`TrainConfig.kl_config` are what the
+training step hands to the losses."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from skyrl_gym.config import parse_env_config
 from skyrl_gym.errors import ConfigError
+from trainers.types import (
+    AdvantageEstimator,
+    KLConfig,
+    KLEstimator,
+    LossReduction,
+    PolicyLossConfig,
+    PolicyLossType,
+    parse_choice,
+)
 
 __all__ = ["TrainConfig", "parse_env_config"]
 
@@ -20,14 +36,17 @@ class TrainConfig:
 
     # ---------------------------------------------------------------- task and data
     env: str = "calculator"
-    """Registered env id to train on."""
+    """Registered env id to train on: its bundled rows when no ``data`` is given, and the env of
+    rows in ``data`` that name none (a row's ``env_class`` wins)."""
     env_config: tuple[str, ...] = ()
     """Settings for every env the run makes, as KEY=VALUE (VALUE read as JSON when it parses,
-    else as a string), e.g. ``--env-config max_turns=3 db_dir=/data/dbs``."""
+    else as a string), e.g. ``--env-config max_turns=3``; ``ENV.KEY=VALUE`` sets a key for one
+    env only (``text2sql.db_path=/data``). A row's own ``env_config`` wins."""
     data: str | None = None
-    """JSONL/Parquet file of training rows; default: the env's bundled generator."""
+    """Training rows with the published columns: a JSONL or Parquet file or a saved ``datasets``
+    directory; default: the env's bundled rows."""
     eval_data: str | None = None
-    """JSONL/Parquet file of held-out rows; default: the env's bundled test split."""
+    """Held-out rows, in the same formats; default: the env's bundled test split."""
     train_prompts: int = 400
     """How many training rows to use (0: all in the file)."""
     eval_prompts: int = 64
@@ -82,20 +101,38 @@ class TrainConfig:
     concurrency: int = 64
     """Most episodes in flight at once."""
     # ---------------------------------------------------------------- algorithm
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gae"] = "grpo"
+    advantage: Literal[*AdvantageEstimator] = "grpo"
     """Advantage estimator; 'gae' trains a critic (a value head on the policy's last hidden state)."""
-    loss: Literal["ppo_clip", "gspo", "cispo", "importance_sampling"] = "ppo_clip"
+    loss: Literal[*PolicyLossType] = "ppo_clip"
     """Policy loss."""
-    reduction: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    reduction: Literal[*LossReduction] = "token_mean"
     """How per-token losses become one number."""
-    eps_low: float = 0.2
+    eps_low: float = PolicyLossConfig.eps_low
     """PPO lower clip."""
-    eps_high: float = 0.2
+    eps_high: float = PolicyLossConfig.eps_high
     """PPO upper clip (0.28 is DAPO's clip-higher)."""
+    dual_clip_c: float | None = PolicyLossConfig.dual_clip_c
+    """PPO dual clip (Ye et al. 2020): for negative advantages the loss is at most ``-c * A``
+    (None: off; must be > 1, e.g. 3.0)."""
+    gspo_eps_low: float = PolicyLossConfig.gspo_eps_low
+    """GSPO: the sequence ratio is clipped below at ``1 - gspo_eps_low`` (the paper's 3e-4)."""
+    gspo_eps_high: float = PolicyLossConfig.gspo_eps_high
+    """GSPO: the sequence ratio is clipped above at ``1 + gspo_eps_high`` (the paper's 4e-4)."""
+    cispo_eps_low: float = PolicyLossConfig.cispo_eps_low
+    """CISPO: the IS weight is clipped below at ``1 - cispo_eps_low`` (1.0: no lower bound, as in
+    MiniMax-M1)."""
+    cispo_eps_high: float = PolicyLossConfig.cispo_eps_high
+    """CISPO: the IS weight is clipped above at ``1 + cispo_eps_high``."""
+    norm_constant: float | None = None
+    """``seq_mean_token_sum_norm`` (Dr. GRPO) divides the summed loss by ``B * norm_constant``
+    (None: ``max_turns * max_tokens_per_turn``, the longest generation)."""
     kl_coef: float = 0.0
     """KL-to-reference coefficient (0: no reference model is kept)."""
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: Literal[*KLEstimator] = "k3"
     """KL estimator."""
+    kl_clamp: float | None = None
+    """Clamp each token's KL estimate into ``[-kl_clamp, kl_clamp]`` (guards k3 against overflow
+    when the policy drifts far from the reference; None: no clamp)."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient."""
     gamma: float = 1.0
@@ -109,6 +146,8 @@ class TrainConfig:
     truncated_is: bool = False
     """Correct for sampler/trainer logprob mismatch with truncated importance sampling (always on
     in asynchronous mode, where it also corrects for staleness)."""
+    tis_cap: float = PolicyLossConfig.tis_cap
+    """Truncated importance sampling: the upper bound of the weight ``exp(old - rollout)``."""
     skip_equal_reward_groups: bool = True
     """Leave out groups whose samples all got the same reward (they carry no GRPO signal)."""
     # ---------------------------------------------------------------- optimizer
@@ -197,20 +236,22 @@ class TrainConfig:
         if isinstance(self.stop, str):
             raise ConfigError("stop must be a tuple of strings")
         parse_env_config(self.env_config)  # fail at once on a malformed item
+        parse_choice(AdvantageEstimator, self.advantage)
+        parse_choice(PolicyLossType, self.loss)
+        _ = self.loss_config, self.kl_config  # fail at once on a bad loss or KL hyperparameter
 
+    @property
+    def loss_config(self) -> PolicyLossConfig:
+        """The policy-loss hyperparameters: every :class:`PolicyLossConfig` field from the field
+        of the same name here, except that truncated importance sampling is always on in
+        asynchronous mode and ``norm_constant`` defaults to the longest generation."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(PolicyLossConfig)}
+        values["truncated_is"] = self.truncated_is or self.async_staleness > 0
+        if self.norm_constant is None:
+            values["norm_constant"] = float(self.max_turns * self.max_tokens_per_turn)
+        return PolicyLossConfig(**values)
 
-def parse_env_config(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """``("max_turns=3", "db_dir=/d")`` -> ``{"max_turns": 3, "db_dir": "/d"}``: each VALUE is
-    read as JSON when it parses (numbers, booleans, lists), else kept as a string."""
-    if isinstance(items, str):
-        raise ConfigError("env_config must be a tuple of 'KEY=VALUE' strings, e.g. ('max_turns=3',)")
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = str(item).partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"env_config item {item!r} is not KEY=VALUE (e.g. max_turns=3)")
-        try:
-            out[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key.strip()] = raw
-    return out
+    @property
+    def kl_config(self) -> KLConfig:
+        """The KL term's settings (a loss term; ``coef`` 0 turns it off)."""
+        return KLConfig(estimator=self.kl_estimator, coef=self.kl_coef, clamp=self.kl_clamp)

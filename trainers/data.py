@@ -1,80 +1,69 @@
-"""Prompt rows for training and evaluation, and a sampler whose position survives restarts.
+"""Tasks for training and evaluation, and a sampler whose position survives restarts.
 
-``load_rows(env_id, split, n)`` gives rows (``prompt``, ``env_class``, ``reward_spec`` and
-extras) for the built-in envs from their bundled generators, or reads a JSONL/Parquet file or a
-Hugging Face ``datasets`` dataset with the same columns. :class:`PromptSampler` walks through the
-rows in seeded, per-epoch shuffled order; its ``state_dict`` is part of every checkpoint, so a
+``load_items(env_id, split, n)`` gives the tasks (:class:`~skyrl_agent.types.PromptItem`) of a
+run: the env's bundled rows (its ``bundled_rows`` hook), or a JSONL/Parquet file or a saved
+Hugging Face ``datasets`` dataset with the published columns, read by
+:func:`skyrl_agent.tasks.load_tasks` (the one path from a row to an episode).
+:class:`PromptSampler` walks through the tasks in seeded, per-epoch shuffled order; its ``state_dict`` is part of every checkpoint, so a
 resumed run neither repeats nor skips a prompt.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from skyrl_agent.tasks import load_tasks, row_to_item
+from skyrl_agent.types import PromptItem
 from skyrl_gym.errors import ConfigError
 
-__all__ = ["load_rows", "PromptSampler"]
+__all__ = ["load_items", "PromptSampler"]
 
 
 def _builtin_rows(env_id: str, split: str, n: int, seed: int) -> list[dict[str, Any]] | None:
-    if env_id == "calculator":
-        from skyrl_gym.envs.calculator import generate_calculator_rows
+    """The env's own rows (``BaseTextEnv.bundled_rows``), each naming ``env_id`` as its env."""
+    from skyrl_gym.registration import spec
 
-        return generate_calculator_rows(n, split=split, seed=seed)
-    if env_id in ("gsm8k", "gsm8k_multi_turn"):
-        from skyrl_gym.envs.math import generate_problems
-
-        return generate_problems(n, split=split, seed=seed, env_class=env_id)
-    if env_id == "text2sql":
-        try:
-            from skyrl_gym.envs.sql import load_bundled_rows  # type: ignore[attr-defined]
-        except ImportError:
-            return None
-        rows = load_bundled_rows(split="train" if split == "train" else "eval")
-        return [dict(r) for r in rows][:n] if n else [dict(r) for r in rows]
-    return None
+    hook = getattr(spec(env_id).load(), "bundled_rows", None)
+    rows = hook(split, n, seed) if callable(hook) else None
+    if rows is None:
+        return None
+    return [{**row, "env_class": env_id} for row in rows]
 
 
-def load_rows(
+def load_items(
     env_id: str, split: str = "train", n: int = 0, *, path: str | None = None, seed: int = 0
-) -> list[dict]:
-    """Rows for ``env_id``: from ``path`` (JSONL or Parquet) when given, else the env's bundled data.
+) -> list[PromptItem]:
+    """Training or held-out tasks: read from ``path`` when given (any source
+    :func:`skyrl_agent.tasks.load_tasks` reads: JSONL, Parquet, a saved ``datasets`` directory),
+    else the bundled rows of ``env_id`` (its ``bundled_rows`` hook).
 
-    ``n`` > 0 limits the count (generators make exactly ``n``). Each row gets an ``id`` if it
-    has none (its index), since the sampler and the logs identify prompts by id."""
+    A row's own ``env_class`` and ``env_config`` are kept (``env_id`` is the env of rows that
+    name none), so a dataset that mixes envs trains as it is. ``n`` > 0 limits the count
+    (generators make exactly ``n``). A task without an ``id`` is named by its position
+    (``<split>-<index>`` for bundled rows), since the sampler and the logs identify prompts by id."""
     if path is not None:
-        p = Path(path)
-        if not p.exists():
+        if not Path(path).exists():
             raise ConfigError(f"dataset file {path!r} does not exist")
-        if p.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            rows = pq.read_table(p).to_pylist()
-        else:
-            rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-        rows = rows[:n] if n else rows
-    else:
-        rows = _builtin_rows(env_id, split, n, seed)
-        if rows is None:
-            raise ConfigError(
-                f"env {env_id!r} has no bundled {split} data; pass a JSONL/Parquet file of rows with "
-                "'prompt' (chat messages), 'reward_spec' and the env's extras (--data PATH)"
-            )
-    for i, row in enumerate(rows):
-        if "prompt" not in row:
-            raise ConfigError(f"row {i} has no 'prompt' column (a list of chat messages)")
-        row.setdefault("id", f"{split}-{i:06d}")
-    return rows
+        return load_tasks(path, limit=n or None, default_env_id=env_id)
+    rows = _builtin_rows(env_id, split, n, seed)
+    if rows is None:
+        raise ConfigError(
+            f"env {env_id!r} has no bundled {split} data; pass a JSONL/Parquet file of rows with "
+            "'prompt' (chat messages), 'reward_spec' and the env's extras (--data PATH)"
+        )
+    return [
+        row_to_item(row, where=f"{env_id} bundled row {i}", default_id=f"{split}-{i:06d}")
+        for i, row in enumerate(rows)
+    ]
 
 
 class PromptSampler:
     """Seeded, shuffled passes over ``rows``; each prompt appears once per epoch."""
 
-    def __init__(self, rows: Sequence[dict[str, Any]], seed: int = 0) -> None:
+    def __init__(self, rows: Sequence[PromptItem], seed: int = 0) -> None:
         if not rows:
             raise ConfigError("no training rows")
         self.rows = list(rows)
@@ -88,7 +77,7 @@ class PromptSampler:
         random.Random(f"{self.seed}-{epoch}").shuffle(order)
         return order
 
-    def next(self, k: int) -> list[dict[str, Any]]:
+    def next(self, k: int) -> list[PromptItem]:
         """The next ``k`` rows (crossing into a new, reshuffled epoch when needed)."""
         batch = []
         while len(batch) < k:

@@ -7,11 +7,16 @@ that never keeps ``N x V`` logits: its backward recomputes each chunk's logits a
 most of a small model's compute, and prompt and observation positions are most of a multi-turn
 sequence, so this skips most of it. The full-logits path (``fused_head=False``) is kept as the
 reference; a test checks that both give the same logprobs, entropies and gradients.
+
+Also here, for callers that already hold ``B x T x V`` logits (the full-logits path, the Tinker
+server's forward passes): :func:`token_logprobs_from_logits` and :func:`entropy_from_logits`,
+chunked and checkpointed so their float32 intermediates never span the whole batch.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +26,17 @@ from torch.utils.checkpoint import checkpoint
 
 from skyrl_agent.models import cache_kwarg, output_cache
 from skyrl_gym.errors import ConfigError
-from trainers.losses import entropy_from_logits, token_logprobs_from_logits
+from trainers._masked import check_shape
 
-__all__ = ["ForwardOutput", "forward_logprobs", "token_logprobs", "autocast_context", "shared_prefix_len"]
+__all__ = [
+    "ForwardOutput",
+    "forward_logprobs",
+    "token_logprobs",
+    "token_logprobs_from_logits",
+    "entropy_from_logits",
+    "autocast_context",
+    "shared_prefix_len",
+]
 
 _CHUNK = 512  # rows of the LM head computed at once (512 x 49k float32 logits: about 100 MB)
 
@@ -140,6 +153,69 @@ def _head_rows(
     lp_N = torch.cat(lps) if lps else h_NH.new_zeros(0, dtype=torch.float32)
     ent_N = (torch.cat(ents) if ents else h_NH.new_zeros(0, dtype=torch.float32)) if with_entropy else None
     return lp_N, ent_N
+
+
+def _rowwise_chunked(
+    fn: Callable[[torch.Tensor], torch.Tensor], x_NV: torch.Tensor, chunk_size: int
+) -> torch.Tensor:
+    """``fn`` over row chunks of ``x_NV``; under autograd each chunk is checkpointed, so only the
+    input is kept and the float32 intermediates (``chunk_size x V``) are recomputed in backward."""
+    if chunk_size < 1:
+        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
+    outs = []
+    for chunk_CV in x_NV.split(chunk_size, dim=0):
+        if torch.is_grad_enabled() and chunk_CV.requires_grad:
+            outs.append(checkpoint(fn, chunk_CV, use_reentrant=False))
+        else:
+            outs.append(fn(chunk_CV))
+    return torch.cat(outs) if outs else x_NV.new_zeros((0,), dtype=torch.float32)
+
+
+def _entropy_rows(logits_CV: torch.Tensor) -> torch.Tensor:
+    x_CV = logits_CV.float()  # C x V, float32 even for bf16 logits
+    lse_C = torch.logsumexp(x_CV, dim=-1)  # C
+    p_CV = torch.softmax(x_CV, dim=-1)  # C x V
+    return lse_C - (p_CV * x_CV).sum(dim=-1)  # C: H = logsumexp(x) - sum p x
+
+
+def entropy_from_logits(logits_BTV: torch.Tensor, chunk_size: int = 1024) -> torch.Tensor:
+    """Per-token entropy ``H = -sum_v p_v log p_v`` (nats) of ``softmax(logits)``, shape ``B x T``.
+
+    Computed as ``logsumexp(x) - sum_v softmax(x)_v x_v`` in float32, ``chunk_size`` rows of
+    ``B*T`` at a time; with gradient each chunk is recomputed in backward, so peak extra memory is
+    a few ``chunk_size x V`` float32 buffers, not ``B x T x V`` ones.
+    """
+    B, T, V = logits_BTV.shape
+    return _rowwise_chunked(_entropy_rows, logits_BTV.reshape(B * T, V), chunk_size).view(B, T)
+
+
+def token_logprobs_from_logits(
+    logits_BTV: torch.Tensor, token_ids_BT: torch.Tensor, chunk_size: int = 1024
+) -> torch.Tensor:
+    """``log softmax(logits)[token]`` for each position, shape ``B x T``, in float32.
+
+    ``logits_BTV[:, t]`` must be the logits that predicted ``token_ids_BT[:, t]`` (shift the
+    model's output by one first). Chunked like :func:`entropy_from_logits`."""
+    B, T, V = logits_BTV.shape
+    check_shape("token_ids_BT", token_ids_BT, (B, T))
+    ids_N = token_ids_BT.reshape(B * T, 1).long()  # N x 1
+    logits_NV = logits_BTV.reshape(B * T, V)  # N x V
+    if chunk_size < 1:
+        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
+    outs = []
+    for start in range(0, B * T, chunk_size):
+        chunk_CV = logits_NV[start : start + chunk_size]
+        ids_C1 = ids_N[start : start + chunk_size]
+
+        def rows(x_CV: torch.Tensor, ids_C1: torch.Tensor = ids_C1) -> torch.Tensor:
+            x_CV = x_CV.float()  # C x V
+            return x_CV.gather(-1, ids_C1).squeeze(-1) - torch.logsumexp(x_CV, dim=-1)  # C
+
+        if torch.is_grad_enabled() and chunk_CV.requires_grad:
+            outs.append(checkpoint(rows, chunk_CV, use_reentrant=False))
+        else:
+            outs.append(rows(chunk_CV))
+    return torch.cat(outs).view(B, T) if outs else logits_BTV.new_zeros((B, T), dtype=torch.float32)
 
 
 def _can_fuse(model: torch.nn.Module) -> bool:

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from skyrl_gym.errors import ConfigError
 from trainers._masked import as_mask, check_shape, masked_mean
@@ -41,8 +40,6 @@ __all__ = [
     "gspo_loss",
     "cispo_loss",
     "importance_sampling_loss",
-    "entropy_from_logits",
-    "token_logprobs_from_logits",
     "entropy_bonus_loss",
     "value_loss",
 ]
@@ -413,69 +410,6 @@ def policy_loss(
     )
 
 
-def _rowwise_chunked(
-    fn: Callable[[torch.Tensor], torch.Tensor], x_NV: torch.Tensor, chunk_size: int
-) -> torch.Tensor:
-    """``fn`` over row chunks of ``x_NV``; under autograd each chunk is checkpointed, so only the
-    input is kept and the float32 intermediates (``chunk_size x V``) are recomputed in backward."""
-    if chunk_size < 1:
-        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
-    outs = []
-    for chunk_CV in x_NV.split(chunk_size, dim=0):
-        if torch.is_grad_enabled() and chunk_CV.requires_grad:
-            outs.append(checkpoint(fn, chunk_CV, use_reentrant=False))
-        else:
-            outs.append(fn(chunk_CV))
-    return torch.cat(outs) if outs else x_NV.new_zeros((0,), dtype=torch.float32)
-
-
-def _entropy_rows(logits_CV: torch.Tensor) -> torch.Tensor:
-    x_CV = logits_CV.float()  # C x V, float32 even for bf16 logits
-    lse_C = torch.logsumexp(x_CV, dim=-1)  # C
-    p_CV = torch.softmax(x_CV, dim=-1)  # C x V
-    return lse_C - (p_CV * x_CV).sum(dim=-1)  # C: H = logsumexp(x) - sum p x
-
-
-def entropy_from_logits(logits_BTV: torch.Tensor, chunk_size: int = 1024) -> torch.Tensor:
-    """Per-token entropy ``H = -sum_v p_v log p_v`` (nats) of ``softmax(logits)``, shape ``B x T``.
-
-    Computed as ``logsumexp(x) - sum_v softmax(x)_v x_v`` in float32, ``chunk_size`` rows of
-    ``B*T`` at a time; with gradient each chunk is recomputed in backward, so peak extra memory is
-    a few ``chunk_size x V`` float32 buffers, not ``B x T x V`` ones.
-    """
-    B, T, V = logits_BTV.shape
-    return _rowwise_chunked(_entropy_rows, logits_BTV.reshape(B * T, V), chunk_size).view(B, T)
-
-
-def token_logprobs_from_logits(
-    logits_BTV: torch.Tensor, token_ids_BT: torch.Tensor, chunk_size: int = 1024
-) -> torch.Tensor:
-    """``log softmax(logits)[token]`` for each position, shape ``B x T``, in float32.
-
-    ``logits_BTV[:, t]`` must be the logits that predicted ``token_ids_BT[:, t]`` (shift the
-    model's output by one first). Chunked like :func:`entropy_from_logits`."""
-    B, T, V = logits_BTV.shape
-    check_shape("token_ids_BT", token_ids_BT, (B, T))
-    ids_N = token_ids_BT.reshape(B * T, 1).long()  # N x 1
-    logits_NV = logits_BTV.reshape(B * T, V)  # N x V
-    if chunk_size < 1:
-        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}")
-    outs = []
-    for start in range(0, B * T, chunk_size):
-        chunk_CV = logits_NV[start : start + chunk_size]
-        ids_C1 = ids_N[start : start + chunk_size]
-
-        def rows(x_CV: torch.Tensor, ids_C1: torch.Tensor = ids_C1) -> torch.Tensor:
-            x_CV = x_CV.float()  # C x V
-            return x_CV.gather(-1, ids_C1).squeeze(-1) - torch.logsumexp(x_CV, dim=-1)  # C
-
-        if torch.is_grad_enabled() and chunk_CV.requires_grad:
-            outs.append(checkpoint(rows, chunk_CV, use_reentrant=False))
-        else:
-            outs.append(rows(chunk_CV))
-    return torch.cat(outs).view(B, T) if outs else logits_BTV.new_zeros((B, T), dtype=torch.float32)
-
-
 def entropy_bonus_loss(
     entropy_BT: torch.Tensor,
     mask_BT: torch.Tensor,
@@ -485,7 +419,8 @@ def entropy_bonus_loss(
     norm_constant: float | None = None,
 ) -> tuple[torch.Tensor, EntropyStats]:
     """The entropy bonus as a loss term: ``-coef * reduce(entropy_BT)`` (adding it to the loss
-    rewards higher entropy). ``entropy_BT`` comes from :func:`entropy_from_logits`; PPO
+    rewards higher entropy). ``entropy_BT`` comes from
+    :func:`trainers.logprobs.entropy_from_logits`; PPO
     (Schulman et al. 2017) uses this term, GRPO and DAPO drop it (``coef=0``)."""
     check_shape("mask_BT", mask_BT, tuple(entropy_BT.shape))
     m_BT = as_mask(mask_BT, entropy_BT)  # B x T

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -23,9 +23,16 @@ from trainers.distributed import SINGLE, DistContext
 from trainers.kl import kl_loss
 from trainers.logprobs import forward_logprobs, shared_prefix_len, token_logprobs
 from trainers.losses import entropy_bonus_loss, policy_loss, value_loss
-from trainers.types import KLConfig, PolicyLossConfig
+from trainers.types import (
+    EntropyStats,
+    KLConfig,
+    KLStats,
+    PolicyLossConfig,
+    PolicyLossStats,
+    ValueLossStats,
+)
 
-__all__ = ["StepStats", "train_step", "loss_config", "old_logprobs"]
+__all__ = ["StepStats", "train_step", "old_logprobs"]
 
 
 @dataclass
@@ -50,17 +57,6 @@ class StepStats:
     def as_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "extra"}
         return {**d, **self.extra}
-
-
-def loss_config(cfg: TrainConfig) -> PolicyLossConfig:
-    """The policy-loss hyperparameters of a :class:`TrainConfig`."""
-    return PolicyLossConfig(
-        eps_low=cfg.eps_low,
-        eps_high=cfg.eps_high,
-        truncated_is=cfg.truncated_is or cfg.async_staleness > 0,
-        reduction=cfg.reduction,
-        norm_constant=float(cfg.max_turns * cfg.max_tokens_per_turn),
-    )
 
 
 def _micro_batches(n: int, size: int) -> list[slice]:
@@ -128,6 +124,173 @@ def old_logprobs(
     return out_BT
 
 
+class _MicroBatchStats(NamedTuple):
+    """The stats records of one micro-batch's loss terms (``None``: that term is off)."""
+
+    policy: PolicyLossStats
+    kl: KLStats | None
+    entropy: EntropyStats
+    value: ValueLossStats | None
+
+
+def _micro_batch_loss(
+    model: torch.nn.Module,
+    sub: TrainBatch,
+    cfg: TrainConfig,
+    pcfg: PolicyLossConfig,
+    kcfg: KLConfig,
+    ref_logprobs_fn: Any,
+    critic: torch.nn.Module | None,
+    dist: DistContext,
+) -> tuple[torch.Tensor, _MicroBatchStats]:
+    """One micro-batch's loss (policy + KL + entropy bonus + value terms, reduced over the
+    micro-batch alone) and the stats of each term."""
+    # rows of a micro-batch usually share their prompt's start: run it once (not under
+    # FSDP2, where it is one more forward that other ranks might not run)
+    prefix = 0 if dist.fsdp else shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
+    out = forward_logprobs(
+        model,
+        sub.input_ids_BT,
+        sub.attention_mask_BT,
+        mask_BT=sub.mask_BT,  # the LM head runs only where a trained token is predicted
+        with_entropy=True,  # logged always; carries a gradient only for an entropy bonus
+        entropy_grad=cfg.entropy_coef > 0,
+        bf16=cfg.bf16,
+        prefix_len=prefix,
+        value_head=critic,
+        fused_head=cfg.fused_head,
+    )
+    logprobs_BT, entropy_BT = out.logprobs_BT, out.entropy_BT
+    old_BT = sub.old_logprobs_BT if sub.old_logprobs_BT is not None else logprobs_BT.detach()
+    loss, pstats = policy_loss(
+        cfg.loss,
+        logprobs_BT,
+        old_BT,
+        sub.advantages_BT,
+        sub.mask_BT,
+        pcfg,
+        rollout_logprobs_BT=sub.rollout_logprobs_BT if pcfg.truncated_is else None,
+    )
+    kstats = None
+    if kcfg.coef > 0:
+        if ref_logprobs_fn is None:
+            raise ValueError("kl_coef > 0 needs ref_logprobs_fn (the reference model's logprobs)")
+        with torch.no_grad():
+            ref_BT = ref_logprobs_fn(sub.input_ids_BT, sub.attention_mask_BT, prefix, sub.mask_BT)
+        kl_term, kstats = kl_loss(
+            logprobs_BT, ref_BT, sub.mask_BT, kcfg, pcfg.reduction, norm_constant=pcfg.norm_constant
+        )
+        loss = loss + kl_term
+    ent_term, estats = entropy_bonus_loss(
+        entropy_BT, sub.mask_BT, cfg.entropy_coef, pcfg.reduction, norm_constant=pcfg.norm_constant
+    )
+    if cfg.entropy_coef > 0:
+        loss = loss + ent_term
+    vstats = None
+    if critic is not None:
+        assert out.values_BT is not None and sub.returns_BT is not None
+        v_term, vstats = value_loss(
+            out.values_BT,
+            sub.old_values_BT,
+            sub.returns_BT,
+            sub.mask_BT,
+            clip_eps=cfg.value_clip,
+            reduction=pcfg.reduction,
+            norm_constant=pcfg.norm_constant,
+        )
+        loss = loss + cfg.value_coef * v_term
+    return loss, _MicroBatchStats(pstats, kstats, estats, vstats)
+
+
+def _stat_keys(truncated_is: bool, critic: bool) -> list[str]:
+    """The sums :func:`train_step` keeps, in a fixed order (the order of the all-reduce)."""
+    keys = ["policy", "kl", "entropy", "clip", "approx_kl"]
+    if truncated_is:
+        keys += ["tis_weight", "rollout_kl"]
+    if critic:
+        keys += ["value_loss", "value_clip", "explained_variance"]
+    return keys
+
+
+def _micro_batch_sums(stats: _MicroBatchStats, share: float, n_tok: int) -> dict[str, float]:
+    """One micro-batch's contribution to the step's sums (pure): losses weighted by the
+    micro-batch's ``share`` of the whole batch (so they add up to the batch's loss), per-token
+    means weighted by its ``n_tok`` trained tokens (divided by the batch's tokens at the end, in
+    :func:`_step_stats`). The KL and value terms only when they are on; the caller keeps the
+    keys of :func:`_stat_keys`."""
+    p = stats.policy
+    out = {
+        "policy": p.loss * share,
+        "clip": (p.clip_frac_low + p.clip_frac_high) * n_tok,
+        "approx_kl": p.approx_kl * n_tok,
+        "entropy": stats.entropy.entropy_mean * n_tok,
+        "tis_weight": p.tis_weight_mean * n_tok,
+        "rollout_kl": (p.rollout_kl or 0.0) * n_tok,
+    }
+    if stats.kl is not None:
+        out["kl"] = stats.kl.kl_mean * n_tok
+    if stats.value is not None:
+        out["value_loss"] = stats.value.loss * share
+        out["value_clip"] = stats.value.clip_frac * n_tok
+        out["explained_variance"] = stats.value.explained_variance * n_tok
+    return out
+
+
+def _step_stats(
+    sums: dict[str, float],
+    *,
+    ratio_max: float,
+    updates: int,
+    num_tokens: int,
+    num_sequences: int,
+    grad_norm: float,
+    lr: float,
+    seconds: float,
+    attended_tokens: float,
+) -> StepStats:
+    """The :class:`StepStats` of a step (pure) from the sums of :func:`_micro_batch_sums` over
+    every micro-batch of every update (and over ranks): losses are means over updates, per-token
+    stats means over the ``num_tokens`` trained tokens of every update."""
+    total_tokens = max(num_tokens, 1)
+    per_token = total_tokens * updates
+    stats = StepStats(num_tokens=num_tokens, num_sequences=num_sequences, grad_norm=grad_norm)
+    stats.policy_loss = sums["policy"] / updates
+    stats.kl = sums["kl"] / per_token
+    stats.entropy = sums["entropy"] / per_token
+    stats.clip_frac = sums["clip"] / per_token
+    stats.approx_kl = sums["approx_kl"] / per_token
+    stats.ratio_max = ratio_max
+    stats.loss = stats.policy_loss
+    stats.lr = lr
+    stats.seconds = seconds
+    if "tis_weight" in sums:  # how far the sampler's logprobs were from the trainer's
+        stats.extra["tis_weight_mean"] = sums["tis_weight"] / per_token
+        stats.extra["rollout_kl"] = sums["rollout_kl"] / per_token
+    if "value_loss" in sums:
+        stats.extra["value_loss"] = sums["value_loss"] / updates
+        stats.extra["value_clip_frac"] = sums["value_clip"] / per_token
+        stats.extra["explained_variance"] = sums["explained_variance"] / per_token
+    stats.tokens_per_s = attended_tokens * updates / max(seconds, 1e-9)
+    return stats
+
+
+def _apply_update(
+    optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], grad_clip: float, dist: DistContext
+) -> float:
+    """Sum the gradients over ranks, clip them to ``grad_clip`` (0: only measure), step the
+    optimizer; return the gradient norm before clipping."""
+    dist.all_reduce_gradients(params)  # sum over ranks: the whole batch's gradient
+    if dist.fsdp:  # sharded gradients: the norm of the whole gradient, then scale
+        sharded = [p for group in optimizer.param_groups for p in group["params"]]
+        norm = _fsdp_clip(sharded, grad_clip)
+    elif grad_clip > 0:
+        norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    else:
+        norm = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in params if p.grad is not None))
+    optimizer.step()
+    return float(norm)
+
+
 def train_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -160,8 +323,7 @@ def train_step(
     start = time.perf_counter()
     batch = batch.to(next(model.parameters()).device)
     model.train()
-    pcfg = loss_config(cfg)
-    kcfg = KLConfig(estimator=cfg.kl_estimator, coef=cfg.kl_coef)
+    pcfg, kcfg = cfg.loss_config, cfg.kl_config
     B = batch.input_ids_BT.shape[0]  # sequences in the whole batch (all ranks)
     total_tokens = max(batch.num_tokens, 1)  # trained tokens in the whole batch
     local = batch.select(dist.shard(B)) if dist.enabled else batch  # this rank's rows
@@ -173,108 +335,32 @@ def train_step(
         local.old_logprobs_BT = old_logprobs(
             model, local, cfg.micro_batch_size, cfg.bf16, cfg.fused_head, dist=dist, filler=filler
         )
-    stats = StepStats(num_tokens=batch.num_tokens, num_sequences=B)
-    sums: dict[str, float] = {"policy": 0.0, "kl": 0.0, "entropy": 0.0, "clip": 0.0, "approx_kl": 0.0}
-    if pcfg.truncated_is:
-        sums.update(tis_weight=0.0, rollout_kl=0.0)
-    if critic is not None:
-        sums.update(value_loss=0.0, value_clip=0.0, explained_variance=0.0)
-    ratio_max = 0.0
+    sums = dict.fromkeys(_stat_keys(pcfg.truncated_is, critic is not None), 0.0)
+    ratio_max, grad_norm = 0.0, 0.0
     # (with FSDP2 the root module's parameters can be its unsharded copies here; the optimizer
-    # holds the sharded ones, which get the gradients: see _fsdp_clip's caller)
+    # holds the sharded ones, which get the gradients: see _apply_update)
     params = [p for p in model.parameters() if p.requires_grad]
     if critic is not None:
         params += [p for p in critic.parameters() if p.requires_grad]
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
         for sl in _lockstep_micro_batches(B_local, cfg.micro_batch_size, dist):
-            dummy = sl is None  # FSDP2 only: a pass with weight 0, to keep collectives in step
             sub = filler if sl is None else local.select(sl)
             n_tok = int(sub.mask_BT.sum())
             if n_tok == 0 and not dist.fsdp:
                 continue
             # each micro-batch's reduced loss, scaled to its share of the full batch
             share = n_tok / total_tokens if pcfg.reduction == "token_mean" else sub.mask_BT.shape[0] / B
-            if dummy:
+            if sl is None:  # FSDP2 only: a pass with weight 0, to keep collectives in step
                 share, n_tok = 0.0, 0
                 sub.old_logprobs_BT = None
-            # rows of a micro-batch usually share their prompt's start: run it once (not under
-            # FSDP2, where it is one more forward that other ranks might not run)
-            prefix = 0 if dist.fsdp else shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
-            out = forward_logprobs(
-                model,
-                sub.input_ids_BT,
-                sub.attention_mask_BT,
-                mask_BT=sub.mask_BT,  # the LM head runs only where a trained token is predicted
-                with_entropy=True,  # logged always; carries a gradient only for an entropy bonus
-                entropy_grad=cfg.entropy_coef > 0,
-                bf16=cfg.bf16,
-                prefix_len=prefix,
-                value_head=critic,
-                fused_head=cfg.fused_head,
-            )
-            logprobs_BT, entropy_BT = out.logprobs_BT, out.entropy_BT
-            old_BT = sub.old_logprobs_BT if sub.old_logprobs_BT is not None else logprobs_BT.detach()
-            loss, pstats = policy_loss(
-                cfg.loss,
-                logprobs_BT,
-                old_BT,
-                sub.advantages_BT,
-                sub.mask_BT,
-                pcfg,
-                rollout_logprobs_BT=sub.rollout_logprobs_BT if pcfg.truncated_is else None,
-            )
-            sums["policy"] += pstats.loss * share
-            sums["clip"] += (pstats.clip_frac_low + pstats.clip_frac_high) * n_tok
-            sums["approx_kl"] += pstats.approx_kl * n_tok
-            if pcfg.truncated_is:
-                sums["tis_weight"] += pstats.tis_weight_mean * n_tok
-                sums["rollout_kl"] += (pstats.rollout_kl or 0.0) * n_tok
-            ratio_max = max(ratio_max, pstats.ratio_max)
-            if cfg.kl_coef > 0:
-                if ref_logprobs_fn is None:
-                    raise ValueError("kl_coef > 0 needs ref_logprobs_fn (the reference model's logprobs)")
-                with torch.no_grad():
-                    ref_BT = ref_logprobs_fn(sub.input_ids_BT, sub.attention_mask_BT, prefix, sub.mask_BT)
-                kl_term, kstats = kl_loss(
-                    logprobs_BT, ref_BT, sub.mask_BT, kcfg, pcfg.reduction, norm_constant=pcfg.norm_constant
-                )
-                loss = loss + kl_term
-                sums["kl"] += kstats.kl_mean * n_tok
-            ent_term, estats = entropy_bonus_loss(
-                entropy_BT, sub.mask_BT, cfg.entropy_coef, pcfg.reduction, norm_constant=pcfg.norm_constant
-            )
-            if cfg.entropy_coef > 0:
-                loss = loss + ent_term
-            sums["entropy"] += estats.entropy_mean * n_tok
-            if critic is not None:
-                assert out.values_BT is not None and sub.returns_BT is not None
-                v_term, vstats = value_loss(
-                    out.values_BT,
-                    sub.old_values_BT,
-                    sub.returns_BT,
-                    sub.mask_BT,
-                    clip_eps=cfg.value_clip,
-                    reduction=pcfg.reduction,
-                    norm_constant=pcfg.norm_constant,
-                )
-                loss = loss + cfg.value_coef * v_term
-                sums["value_loss"] += vstats.loss * share
-                sums["value_clip"] += vstats.clip_frac * n_tok
-                sums["explained_variance"] += vstats.explained_variance * n_tok
+            loss, mstats = _micro_batch_loss(model, sub, cfg, pcfg, kcfg, ref_logprobs_fn, critic, dist)
+            for key, value in _micro_batch_sums(mstats, share, n_tok).items():
+                if key in sums:
+                    sums[key] += value
+            ratio_max = max(ratio_max, mstats.policy.ratio_max)
             (loss * (share * loss_scale)).backward()
-        dist.all_reduce_gradients(params)  # sum over ranks: the whole batch's gradient
-        if dist.fsdp:  # sharded gradients: the norm of the whole gradient, then scale
-            sharded = [p for group in optimizer.param_groups for p in group["params"]]
-            stats.grad_norm = float(_fsdp_clip(sharded, cfg.grad_clip))
-            optimizer.step()
-            continue
-        if cfg.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        else:
-            norm = torch.sqrt(sum((p.grad.float() ** 2).sum() for p in params if p.grad is not None))
-        stats.grad_norm = float(norm)
-        optimizer.step()
+        grad_norm = _apply_update(optimizer, params, cfg.grad_clip, dist)
     if scheduler is not None:
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
@@ -283,22 +369,14 @@ def train_step(
         keys = list(sums)
         sums = dict(zip(keys, dist.all_reduce_sum([sums[k] for k in keys]), strict=True))
         ratio_max = max(dist.all_gather_objects(ratio_max))
-    updates = cfg.updates_per_step
-    stats.policy_loss = sums["policy"] / updates
-    stats.kl = sums["kl"] / (total_tokens * updates)
-    stats.entropy = sums["entropy"] / (total_tokens * updates)
-    stats.clip_frac = sums["clip"] / (total_tokens * updates)
-    stats.approx_kl = sums["approx_kl"] / (total_tokens * updates)
-    stats.ratio_max = ratio_max
-    stats.loss = stats.policy_loss
-    stats.lr = float(optimizer.param_groups[0]["lr"])
-    stats.seconds = time.perf_counter() - start
-    if pcfg.truncated_is:  # how far the sampler's logprobs were from the trainer's
-        stats.extra["tis_weight_mean"] = sums["tis_weight"] / (total_tokens * updates)
-        stats.extra["rollout_kl"] = sums["rollout_kl"] / (total_tokens * updates)
-    if critic is not None:
-        stats.extra["value_loss"] = sums["value_loss"] / updates
-        stats.extra["value_clip_frac"] = sums["value_clip"] / (total_tokens * updates)
-        stats.extra["explained_variance"] = sums["explained_variance"] / (total_tokens * updates)
-    stats.tokens_per_s = float(batch.attention_mask_BT.sum()) * updates / max(stats.seconds, 1e-9)
-    return stats
+    return _step_stats(
+        sums,
+        ratio_max=ratio_max,
+        updates=cfg.updates_per_step,
+        num_tokens=batch.num_tokens,
+        num_sequences=B,
+        grad_norm=grad_norm,
+        lr=float(optimizer.param_groups[0]["lr"]),
+        seconds=time.perf_counter() - start,
+        attended_tokens=float(batch.attention_mask_BT.sum()),
+    )

@@ -24,7 +24,7 @@ from integrations.tinker.types import TinkerRequestError, TinkerServerConfig
 from skyrl_agent.policies.hf import HFPolicy
 from skyrl_agent.types import FinishReason, GenerateRequest, SamplingParams
 from skyrl_gym.errors import ConfigError
-from trainers.losses import token_logprobs_from_logits
+from trainers.logprobs import token_logprobs_from_logits
 
 __all__ = ["forward_backward", "optim_step", "sample", "check_sample_request", "context_length"]
 

@@ -66,7 +66,7 @@ def test_a_producer_error_reaches_the_trainer():
 def test_async_training_run(tmp_path):
     from skyrl_agent.models import tiny_random_model
     from trainers.config import TrainConfig
-    from trainers.data import PromptSampler, load_rows
+    from trainers.data import PromptSampler, load_items
     from trainers.loop import train
 
     model, tok = tiny_random_model(hidden_size=32, num_layers=1)
@@ -88,8 +88,8 @@ def test_async_training_run(tmp_path):
     assert all("tis_weight_mean" in r for r in train_records)  # off-policy correction on
     assert all("sync_seconds" in r for r in train_records)  # weights went to the sampler each step
     # prompts in the order the sampler gives them: none replayed, none skipped
-    sampler = PromptSampler(load_rows("calculator", "train", 20, seed=0), seed=0)
-    expected = [r["id"] for _ in range(5) for r in sampler.next(2)]
+    sampler = PromptSampler(load_items("calculator", "train", 20, seed=0), seed=0)
+    expected = [r.prompt_id for _ in range(5) for r in sampler.next(2)]
     trajs = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
     seen = [
         t["prompt_id"]

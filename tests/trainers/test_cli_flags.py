@@ -1,12 +1,24 @@
-"""The new TrainConfig fields are `skyrl train` flags with their docstrings as help."""
+"""TrainConfig fields are `skyrl train` flags with their docstrings as help; the algorithm choices
+and loss hyperparameters are the losses' own, and reach the loss calls."""
 
 import argparse
+import dataclasses
+import typing
 
 import pytest
+import torch
 
 from skyrl_gym.config import add_config_arguments, config_from_args
 from skyrl_gym.errors import ConfigError
 from trainers.config import TrainConfig
+from trainers.types import (
+    AdvantageEstimator,
+    KLConfig,
+    KLEstimator,
+    LossReduction,
+    PolicyLossConfig,
+    PolicyLossType,
+)
 
 
 def parse(argv):
@@ -36,7 +48,21 @@ def test_flags_map_onto_fields():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"async_staleness": -1}, {"gae_lambda": 1.5}, {"value_clip": -0.1}, {"lora_target_modules": "q_proj"}],
+    [
+        {"async_staleness": -1},
+        {"gae_lambda": 1.5},
+        {"value_clip": -0.1},
+        {"lora_target_modules": "q_proj"},
+        # the losses' own checks run when the config is made, not at the first step
+        {"dual_clip_c": 0.5},
+        {"tis_cap": 0.0},
+        {"gspo_eps_low": 1.0},
+        {"cispo_eps_low": 1.5},
+        {"norm_constant": 0.0},
+        {"kl_clamp": -1.0},
+        {"loss": "ppo"},
+        {"advantage": "grpo++"},
+    ],
 )
 def test_bad_values_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
@@ -44,15 +70,25 @@ def test_bad_values_are_config_errors(kwargs):
 
 
 def test_env_config_flag_reaches_the_rollout_items():
+    from skyrl_agent.tasks import with_env_config
+    from skyrl_agent.types import PromptItem
     from trainers.config import parse_env_config
-    from trainers.loop import build_items
 
     cfg = TrainConfig(env_config=("max_turns=3", "db_dir=/data/dbs", 'tags=["a"]'))
     settings = parse_env_config(cfg.env_config)
     assert settings == {"max_turns": 3, "db_dir": "/data/dbs", "tags": ["a"]}
-    row = {"id": "r0", "prompt": [{"role": "user", "content": "hi"}]}
-    (item,) = build_items([row], "calculator", settings)
-    assert item.env_config == settings
+    plain = PromptItem("calculator", ({"role": "user", "content": "hi"},), prompt_id="r0")
+    own = PromptItem("calculator", plain.prompt, env_config={"max_turns": 5}, prompt_id="r1")
+    a, b = with_env_config([plain, own], settings)
+    assert a.env_config == settings
+    # a row's own env_config wins key by key over the flag
+    assert b.env_config == {**settings, "max_turns": 5}
+    # ENV.KEY applies to that env's tasks only
+    sql = PromptItem("text2sql", plain.prompt, prompt_id="r2")
+    scoped = parse_env_config(("text2sql.db_path=/data", "max_turns=2"))
+    c, d = with_env_config([plain, sql], scoped)
+    assert c.env_config == {"max_turns": 2}
+    assert d.env_config == {"max_turns": 2, "db_path": "/data"}
 
 
 def test_malformed_env_config_is_refused_with_the_fix():
@@ -60,3 +96,99 @@ def test_malformed_env_config_is_refused_with_the_fix():
         TrainConfig(env_config=("max_turns",))
     with pytest.raises(ConfigError, match="tuple"):
         TrainConfig(env_config="max_turns=3")
+
+
+MIRRORED_CHOICES = {
+    "advantage": AdvantageEstimator,
+    "loss": PolicyLossType,
+    "reduction": LossReduction,
+    "kl_estimator": KLEstimator,
+}
+
+
+@pytest.mark.parametrize("field", sorted(MIRRORED_CHOICES))
+def test_choice_flags_are_the_enums_values(field):
+    enum = MIRRORED_CHOICES[field]
+    hint = typing.get_type_hints(TrainConfig)[field]
+    assert {str(v) for v in typing.get_args(hint)} == {e.value for e in enum}
+    _, parser = parse([])
+    (action,) = [a for a in parser._actions if a.dest == field]
+    assert [str(c) for c in action.choices] == [e.value for e in enum]
+    for member in enum:  # every choice the CLI offers is one the trainer accepts
+        cfg, _ = parse([f"--{field.replace('_', '-')}", member.value, "--group-size", "2"])
+        assert getattr(cfg, field) == member.value
+
+
+def test_observation_style_choices_are_the_runtimes():
+    from skyrl_agent.types import ObservationStyle
+
+    hint = typing.get_type_hints(TrainConfig)["observation_style"]
+    assert set(typing.get_args(hint)) == set(typing.get_args(ObservationStyle))
+
+
+def test_every_loss_hyperparameter_is_a_flag_with_the_losses_default():
+    train_fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    for f in dataclasses.fields(PolicyLossConfig):
+        assert f.name in train_fields, f"PolicyLossConfig.{f.name} has no TrainConfig field"
+        assert train_fields[f.name].default == f.default, f.name
+    # the KL term's settings under a kl_ prefix (in_reward moves the KL into the rewards: not a
+    # loss parameter, and the loop does not support it yet)
+    for f in dataclasses.fields(KLConfig):
+        if f.name != "in_reward":
+            assert f"kl_{f.name}" in train_fields, f"KLConfig.{f.name} has no TrainConfig field"
+    assert TrainConfig().loss_config.norm_constant == 2 * 40.0  # max_turns x max_tokens_per_turn
+
+
+def test_non_default_loss_flags_reach_the_loss_calls(monkeypatch):
+    import trainers.step as step_module
+    from tests.trainers.test_step import make_batch, tiny_lm
+    from trainers.logprobs import token_logprobs
+
+    cfg, _ = parse(
+        "--eps-low 0.1 --eps-high 0.3 --dual-clip-c 3.5 --gspo-eps-low 0.001 --gspo-eps-high 0.002 --cispo-eps-low 0.5 "
+        "--cispo-eps-high 0.4 --truncated-is --tis-cap 1.5 --norm-constant 64 --kl-coef 0.1 "
+        "--kl-estimator k2 --kl-clamp 5 --reduction seq_mean_token_sum_norm --no-bf16 --loss cispo".split()
+    )
+    seen = {}
+
+    def spy(name, real):
+        def wrapper(*args, **kwargs):
+            seen.setdefault(name, []).append((args, kwargs))
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(step_module, "policy_loss", spy("policy", step_module.policy_loss))
+    monkeypatch.setattr(step_module, "kl_loss", spy("kl", step_module.kl_loss))
+    model = tiny_lm()
+    batch = make_batch()
+    batch.rollout_logprobs_BT = token_logprobs(model, batch.input_ids_BT, batch.attention_mask_BT)[0].detach()
+    ref = tiny_lm(seed=1)
+
+    def ref_fn(ids, attn, prefix=0, mask=None):
+        return token_logprobs(ref, ids, attn, prefix_len=prefix, mask_BT=mask)[0]
+
+    step_module.train_step(
+        model, torch.optim.SGD(model.parameters(), lr=0.0), batch, cfg, ref_logprobs_fn=ref_fn
+    )
+    args, kwargs = seen["policy"][0]
+    assert args[0] == "cispo"
+    assert args[5] == PolicyLossConfig(
+        eps_low=0.1,
+        eps_high=0.3,
+        dual_clip_c=3.5,
+        gspo_eps_low=0.001,
+        gspo_eps_high=0.002,
+        cispo_eps_low=0.5,
+        cispo_eps_high=0.4,
+        truncated_is=True,
+        tis_cap=1.5,
+        reduction="seq_mean_token_sum_norm",
+        norm_constant=64.0,
+    )
+    # every hyperparameter was set off its default and arrived
+    assert all(getattr(args[5], f.name) != f.default for f in dataclasses.fields(PolicyLossConfig))
+    assert kwargs["rollout_logprobs_BT"] is not None  # the TIS weights have their input
+    args, kwargs = seen["kl"][0]
+    assert args[3] == KLConfig(estimator="k2", coef=0.1, clamp=5.0)
+    assert args[4] == "seq_mean_token_sum_norm" and kwargs["norm_constant"] == 64.0

@@ -6,9 +6,10 @@ import random
 import pytest
 import torch
 
-from skyrl_gym.errors import ConfigError
+from skyrl_agent.types import PromptItem
+from skyrl_gym.errors import ConfigError, EnvNotFoundError
 from trainers.checkpoint import TrainState, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
-from trainers.data import PromptSampler, load_rows
+from trainers.data import PromptSampler, load_items
 from trainers.metrics import MetricsLogger, plot_metrics, read_jsonl, truncate_jsonl
 
 
@@ -63,32 +64,42 @@ def test_checkpoint_keeps_newest_and_ignores_partial(tmp_path):
 
 
 def test_sampler_epochs_cover_every_prompt_once():
-    rows = [{"id": str(i), "prompt": []} for i in range(7)]
+    rows = [PromptItem("calculator", (), prompt_id=str(i)) for i in range(7)]
     sampler = PromptSampler(rows, seed=0)
-    first = [r["id"] for r in sampler.next(7)]
-    second = [r["id"] for r in sampler.next(7)]
-    assert sorted(first) == sorted(second) == sorted(r["id"] for r in rows)
+    first = [r.prompt_id for r in sampler.next(7)]
+    second = [r.prompt_id for r in sampler.next(7)]
+    assert sorted(first) == sorted(second) == sorted(r.prompt_id for r in rows)
     assert first != second  # reshuffled per epoch
     with pytest.raises(ConfigError, match="same data and seed"):
         PromptSampler(rows, seed=1).load_state_dict(sampler.state_dict())
 
 
-def test_load_rows_builtin_and_file(tmp_path):
-    rows = load_rows("calculator", "train", 5)
-    assert len(rows) == 5 and all("id" in r for r in rows)
+def test_load_items_builtin_and_file(tmp_path):
+    items = load_items("calculator", "train", 5)
+    assert len(items) == 5 and all(i.env_id == "calculator" and i.prompt_id for i in items)
+    # bundled rows come through the env's hook (search has no generator, only its bundled set)
+    search = load_items("search", "test")
+    assert search and {i.env_id for i in search} == {"search"}
+    assert not {i.prompt_id for i in search} & {i.prompt_id for i in load_items("search", "train")}
+    # a file: each row keeps its own env and env_config; rows naming no env get the run's
     path = tmp_path / "rows.jsonl"
-    path.write_text(
-        "\n".join(json.dumps({"prompt": [{"role": "user", "content": str(i)}]}) for i in range(3))
-    )
-    assert [r["id"] for r in load_rows("anything", path=str(path))] == [
-        "train-000000",
-        "train-000001",
-        "train-000002",
+    rows = [{"prompt": [{"role": "user", "content": str(i)}]} for i in range(3)]
+    rows[1] |= {"env_class": "gsm8k", "env_config": {"max_turns": 2}, "id": "mine"}
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    items = load_items("calculator", path=str(path))
+    assert [(i.env_id, i.prompt_id) for i in items] == [
+        ("calculator", "0"),
+        ("gsm8k", "mine"),
+        ("calculator", "2"),
     ]
+    assert items[1].env_config == {"max_turns": 2} and items[0].env_config == {}
+    assert "prompt" not in items[0].extras and "env_class" not in items[1].extras
     with pytest.raises(ConfigError, match="no bundled"):
-        load_rows("no-such-env")
+        load_items("ask_user")
+    with pytest.raises(EnvNotFoundError, match="no env registered"):
+        load_items("no-such-env")
     with pytest.raises(ConfigError, match="does not exist"):
-        load_rows("x", path=str(tmp_path / "missing.jsonl"))
+        load_items("x", path=str(tmp_path / "missing.jsonl"))
 
 
 def test_metrics_jsonl_truncate_and_plot(tmp_path):

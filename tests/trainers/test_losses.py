@@ -1,4 +1,4 @@
-"""Policy losses, reductions and entropy against hand-worked values, plus their invariants."""
+"""Policy losses, reductions and the entropy bonus against hand-worked values, plus their invariants."""
 
 from __future__ import annotations
 
@@ -16,13 +16,11 @@ from trainers import (
     PolicyLossType,
     cispo_loss,
     entropy_bonus_loss,
-    entropy_from_logits,
     gspo_loss,
     importance_sampling_loss,
     policy_loss,
     ppo_clip_loss,
     reduce_loss,
-    token_logprobs_from_logits,
 )
 
 NAN, INF = float("nan"), float("inf")
@@ -365,43 +363,7 @@ def test_policy_loss_config_validates(kwargs, match):
         PolicyLossConfig(**kwargs)
 
 
-# ---------------------------------------------------------------- entropy and logprobs
-
-
-def test_entropy_by_hand():
-    # uniform over 8: log 8 = 2.079442. logits [0, log 3]: p = [0.25, 0.75],
-    # H = 0.25 * ln 4 + 0.75 * ln(4/3) = 0.346574 + 0.215762 = 0.562335
-    logits_BTV = torch.zeros(1, 2, 2)
-    logits_BTV[0, 1, 1] = math.log(3)
-    torch.testing.assert_close(entropy_from_logits(logits_BTV), torch.tensor([[math.log(2), 0.562335]]))
-    assert entropy_from_logits(torch.zeros(2, 3, 8)).sub(math.log(8)).abs().max() < 1e-6
-
-
-@pytest.mark.parametrize("chunk_size", [1, 3, 100])
-def test_chunked_entropy_and_logprobs_match_the_direct_formulas_with_gradient(chunk_size):
-    torch.manual_seed(4)
-    logits = (torch.randn(2, 3, 11) * 2).requires_grad_(True)
-    ids_BT = torch.randint(0, 11, (2, 3))
-    ent_BT = entropy_from_logits(logits, chunk_size=chunk_size)
-    lp_BT = token_logprobs_from_logits(logits, ids_BT, chunk_size=chunk_size)
-    weights_BT = torch.randn(2, 3)
-    (grad,) = torch.autograd.grad(((ent_BT + lp_BT) * weights_BT).sum(), logits)
-    ref_logits = logits.detach().clone().requires_grad_(True)
-    ref_ent = torch.distributions.Categorical(logits=ref_logits).entropy()
-    ref_lp = torch.log_softmax(ref_logits, -1).gather(-1, ids_BT[..., None]).squeeze(-1)
-    (g_ref,) = torch.autograd.grad(((ref_ent + ref_lp) * weights_BT).sum(), ref_logits)
-    torch.testing.assert_close(ent_BT, ref_ent)
-    torch.testing.assert_close(lp_BT, ref_lp)
-    torch.testing.assert_close(grad, g_ref)
-
-
-def test_token_logprobs_by_hand_and_in_bf16():
-    logits_BTV = torch.tensor([[[0.0, math.log(3)]]])
-    # p(token 1) = 3 / (1 + 3) = 0.75; log 0.75 = -0.287682
-    lp = token_logprobs_from_logits(logits_BTV, torch.tensor([[1]]))
-    assert lp.item() == pytest.approx(-0.287682, abs=1e-6)
-    lp16 = token_logprobs_from_logits(logits_BTV.bfloat16(), torch.tensor([[1]]))
-    assert lp16.dtype == torch.float32 and lp16.item() == pytest.approx(-0.287682, abs=1e-2)
+# ---------------------------------------------------------------- entropy bonus
 
 
 def test_entropy_bonus_loss_rewards_entropy():

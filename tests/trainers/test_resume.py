@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from trainers.data import PromptSampler, load_rows
+from trainers.data import PromptSampler, load_items
 
 pytestmark = pytest.mark.slow
 
@@ -86,8 +86,8 @@ def test_sigkill_then_resume(tiny_model_dir, tmp_path):
     keys = [(t["step"], t["group_id"], t["sample_index"]) for t in trajs]
     assert len(keys) == len(set(keys)) == STEPS * PROMPTS * GROUP
     # no prompt was replayed or skipped: the prompts are exactly the sampler's sequence
-    sampler = PromptSampler(load_rows("calculator", "train", 20, seed=0), seed=0)
-    expected = [r["id"] for _ in range(STEPS) for r in sampler.next(PROMPTS)]
+    sampler = PromptSampler(load_items("calculator", "train", 20, seed=0), seed=0)
+    expected = [r.prompt_id for _ in range(STEPS) for r in sampler.next(PROMPTS)]
     seen = [
         t["prompt_id"]
         for t in sorted(trajs, key=lambda t: (t["step"], t["group_id"]))

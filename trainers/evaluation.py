@@ -1,0 +1,85 @@
+"""Held-out evaluation during training: success on the held-out tasks, with a standard error.
+
+:func:`evaluate` samples ``eval_samples`` episodes per held-out prompt at the training
+temperature (the same sampler and budgets as the training rollouts) and reports the success
+rate (:func:`skyrl_agent.evaluation.episode_success`) with a standard error over prompts, since
+the samples of one prompt are not independent. Masked episodes (infrastructure failures) are
+counted, never scored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from skyrl_agent.evaluation import episode_success
+from skyrl_agent.types import PromptItem
+from trainers.config import TrainConfig
+from trainers.distributed import SINGLE, DistContext
+from trainers.rollouts import play
+
+__all__ = ["EvalResult", "evaluate"]
+
+
+@dataclass
+class EvalResult:
+    """Held-out success of the policy at one point of training."""
+
+    success: float
+    """Mean success over episodes."""
+    success_se: float
+    """Standard error of ``success`` over prompts (samples of one prompt are not independent)."""
+    reward_mean: float
+    """Mean total reward."""
+    episodes: int
+    """Episodes evaluated (masked ones excluded)."""
+    masked: int
+    """Episodes lost to infrastructure failures."""
+    seconds: float
+    """Wall time of the evaluation."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def evaluate(
+    policy: Any, cfg: TrainConfig, rows: Sequence[PromptItem], seed: int, dist: DistContext = SINGLE
+) -> EvalResult:
+    """Held-out success: ``cfg.eval_samples`` episodes per row at the training temperature.
+
+    Data parallel: each rank plays its shard of the rows; every rank returns the whole result."""
+    start = time.perf_counter()
+    trajs = play(
+        policy,
+        rows,
+        cfg,
+        n_samples=cfg.eval_samples,
+        seed=seed + 7919 * dist.rank,
+        dist=dist,
+        progress=cfg.progress and dist.is_main,
+        progress_every_s=30.0,
+    )
+    good = [t for t in trajs if not t.masked]
+    by_prompt: dict[str, list[float]] = defaultdict(list)
+    for t in good:
+        by_prompt[t.prompt_id].append(float(episode_success(t)))
+    means = [sum(v) / len(v) for v in by_prompt.values()]
+    success = sum(float(episode_success(t)) for t in good) / len(good) if good else 0.0
+    if len(means) > 1:
+        mu = sum(means) / len(means)
+        se = math.sqrt(sum((m - mu) ** 2 for m in means) / (len(means) - 1) / len(means))
+    else:
+        se = 0.0
+    return EvalResult(
+        success=success,
+        success_se=se,
+        reward_mean=sum(t.reward for t in good) / len(good) if good else 0.0,
+        episodes=len(good),
+        masked=len(trajs) - len(good),
+        seconds=time.perf_counter() - start,
+    )

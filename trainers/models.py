@@ -1,0 +1,194 @@
+"""The models of a run, built from its config: the trained policy, the sampler, the critic, the
+optimizer and the frozen reference.
+
+By default the sampler (:class:`skyrl_agent.policies.HFPolicy`) wraps the very module being
+trained, so "weight sync" is free on one machine: the next rollout sees the updated weights. The
+sampler gets its own copy of the base model, updated with ``HFPolicy.update_weights`` after every
+step (:meth:`Learner.sync_sampler`), with LoRA (merged adapters, ``lora_merge``: plain linear
+layers decode faster), in asynchronous mode (the trainer changes weights while the sampler runs)
+and with FSDP2 (sharded weights). The KL reference is a frozen copy of the starting model, or,
+with LoRA, the trained model with its adapters switched off (no second copy).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trainers.config import TrainConfig
+from trainers.critic import ValueHead
+from trainers.distributed import DistContext, full_state_dict, shard_model_fsdp2
+from trainers.logprobs import token_logprobs
+from trainers.lora import apply_lora, merged_weights
+
+__all__ = ["Learner", "build_learner", "build_model", "reference_fn", "weights_for_sampler"]
+
+#: ``ref(input_ids_BT, attention_mask_BT, prefix_len, mask_BT) -> logprobs_BT`` under the
+#: frozen reference (what :func:`trainers.step.train_step` takes as ``ref_logprobs_fn``).
+ReferenceFn = Callable[..., torch.Tensor]
+
+
+@dataclass
+class Learner:
+    """The trained model and what goes with it, as :func:`build_learner` makes them."""
+
+    cfg: TrainConfig
+    """The run's config (the one the models were built from)."""
+    dist: DistContext
+    """This process's place in the run (one process, or a rank under ``torchrun``)."""
+    model: torch.nn.Module
+    """The module being trained (with LoRA adapters when ``lora_rank > 0``; sharded with FSDP2)."""
+    tokenizer: Any
+    """Its tokenizer."""
+    rollout_model: torch.nn.Module | None
+    """The sampler's own copy of the weights, or ``None`` when the sampler wraps ``model``."""
+    policy: Any
+    """The sampler (an ``HFPolicy``) of the training rollouts."""
+    eval_policy: Any
+    """The sampler of held-out evaluation: ``policy`` itself, or in asynchronous mode a second
+    one on the same weights (the main thread must not share the producer's batcher)."""
+    critic: ValueHead | None
+    """The value head (``advantage="gae"``), trained with the policy."""
+    optimizer: torch.optim.Optimizer
+    """AdamW over the trained parameters (and the critic's)."""
+    scheduler: Any
+    """The learning-rate schedule (linear warm-up), stepped once per step that updates."""
+    ref_fn: ReferenceFn | None
+    """Logprobs under the frozen reference, for the KL term (``None`` when ``kl_coef`` is 0)."""
+
+    def sync_sampler(self) -> float | None:
+        """Push the trained weights to the sampler's own copy; the seconds it took, or ``None``
+        when the sampler wraps the trained module (nothing to push). In asynchronous mode the
+        update lands in flight, between the sampler's batches."""
+        if self.rollout_model is None:
+            return None
+        start = time.perf_counter()
+        self.policy.update_weights(weights_for_sampler(self.cfg, self.model, self.dist))
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        """Stop the samplers' engines."""
+        self.policy.close()
+        if self.eval_policy is not self.policy:
+            self.eval_policy.close()
+
+
+def build_model(cfg: TrainConfig, dist: DistContext) -> tuple[torch.nn.Module, Any, torch.nn.Module | None]:
+    """``(model to train, tokenizer, separate sampler model or None)``, on ``dist.device``.
+
+    The sampler gets its own plain copy of the base model when the training model cannot sample
+    directly: LoRA with ``lora_merge``, asynchronous mode and FSDP2 (see the module docstring).
+    Data-parallel replicas start from rank 0's weights."""
+    from skyrl_agent.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(cfg.model)
+    separate = dist.fsdp or cfg.async_staleness > 0 or (cfg.lora_rank > 0 and cfg.lora_merge)
+    rollout_model = copy.deepcopy(model).eval().requires_grad_(False) if separate else None
+    if cfg.lora_rank > 0:
+        model = apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, cfg.lora_dropout)
+    if rollout_model is not None:
+        rollout_model.to(dist.device)
+    if dist.fsdp:
+        shard_model_fsdp2(model, dist)
+    else:
+        model.to(dist.device)
+        dist.broadcast_parameters(model)  # replicas start equal
+    return model.eval(), tokenizer, rollout_model
+
+
+def weights_for_sampler(
+    cfg: TrainConfig, model: torch.nn.Module, dist: DistContext
+) -> dict[str, torch.Tensor]:
+    """What the separate sampler model needs after an update: merged LoRA layers, or every weight."""
+    if cfg.lora_rank > 0:
+        return merged_weights(model)
+    return full_state_dict(model, dist)
+
+
+def reference_fn(cfg: TrainConfig, model: torch.nn.Module) -> ReferenceFn | None:
+    """Logprobs under the frozen starting policy, for the KL term (``None`` when ``kl_coef`` is 0).
+
+    With LoRA the base model is the reference: the trained model with its adapters switched off.
+    Otherwise a frozen copy of ``model`` as it is now."""
+    if cfg.kl_coef <= 0:
+        return None
+    if cfg.lora_rank > 0:
+
+        def with_adapters_off(
+            ids: torch.Tensor, attn: torch.Tensor, prefix: int = 0, mask: torch.Tensor | None = None
+        ) -> torch.Tensor:
+            with model.disable_adapter():
+                return token_logprobs(
+                    model,
+                    ids,
+                    attn,
+                    bf16=cfg.bf16,
+                    prefix_len=prefix,
+                    mask_BT=mask,
+                    fused_head=cfg.fused_head,
+                )[0]
+
+        return with_adapters_off
+    ref = copy.deepcopy(model).eval().requires_grad_(False)
+
+    def reference(
+        ids: torch.Tensor, attn: torch.Tensor, prefix: int = 0, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return token_logprobs(
+            ref, ids, attn, bf16=cfg.bf16, prefix_len=prefix, mask_BT=mask, fused_head=cfg.fused_head
+        )[0]
+
+    return reference
+
+
+def _sampler(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, dist: DistContext) -> Any:
+    """An ``HFPolicy`` over ``model``, seeded per rank, batching a whole step's episodes."""
+    from skyrl_agent.policies.hf import HFPolicy
+
+    return HFPolicy(
+        model,
+        tokenizer,
+        max_batch_size=max(cfg.prompts_per_step * cfg.group_size, 32),
+        seed=cfg.seed + 7919 * dist.rank,
+        autocast_bf16=cfg.bf16,
+    )
+
+
+def build_learner(cfg: TrainConfig, dist: DistContext) -> Learner:
+    """Load the model and build everything that trains it (see :class:`Learner`).
+
+    The order is fixed (model, samplers, critic, optimizer, reference) so a seeded run draws the
+    same initial values every time."""
+    model, tokenizer, rollout_model = build_model(cfg, dist)
+    sampled = rollout_model if rollout_model is not None else model
+    policy = _sampler(cfg, sampled, tokenizer, dist)
+    eval_policy = _sampler(cfg, sampled, tokenizer, dist) if cfg.async_staleness > 0 else policy
+    critic: ValueHead | None = None
+    if cfg.advantage == "gae":
+        critic = ValueHead(int(model.config.hidden_size)).to(dist.device)
+        dist.broadcast_parameters(critic)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if critic is not None:
+        params += list(critic.parameters())
+    # fused: one kernel over all tensors (on CPU about 0.13 s a step for 135M, against 0.9-1.6 s)
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+    warmup = max(cfg.warmup_steps, 0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)))
+    return Learner(
+        cfg=cfg,
+        dist=dist,
+        model=model,
+        tokenizer=tokenizer,
+        rollout_model=rollout_model,
+        policy=policy,
+        eval_policy=eval_policy,
+        critic=critic,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        ref_fn=reference_fn(cfg, model),
+    )

@@ -1,0 +1,126 @@
+"""The rollouts of a run: a step's groups of episodes, which of them train, and what they report.
+
+:func:`play` runs tasks through :class:`skyrl_agent.engine.RolloutEngine` with the run's budgets
+and sampling (:func:`rollout_config`); under ``torchrun`` each rank plays its contiguous shard
+and every rank gets every episode back. :func:`rollout_step` draws a step's prompts from the
+resumable :class:`~trainers.data.PromptSampler` and plays ``group_size`` samples of each (the
+``produce`` of :class:`~trainers.async_rollouts.AsyncRollouts`). :func:`select_trainable` drops
+masked episodes (infrastructure failures, never scored) and groups whose rewards are all equal
+(no GRPO signal); :func:`rollout_metrics` is the step's line in the metrics log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from skyrl_agent.engine import RolloutEngine
+from skyrl_agent.evaluation import episode_success
+from skyrl_agent.tasks import with_env_config
+from skyrl_agent.types import PromptItem, RolloutConfig, SamplingParams, Trajectory
+from trainers.async_rollouts import RolloutBatch
+from trainers.config import TrainConfig, parse_env_config
+from trainers.data import PromptSampler
+from trainers.distributed import SINGLE, DistContext
+
+__all__ = ["rollout_config", "play", "rollout_step", "select_trainable", "rollout_metrics"]
+
+
+def rollout_config(cfg: TrainConfig, n_samples: int, seed: int) -> RolloutConfig:
+    """The runtime budgets and sampling of a training or evaluation rollout."""
+    return RolloutConfig(
+        max_turns=cfg.max_turns,
+        max_tokens_per_turn=cfg.max_tokens_per_turn,
+        max_context_tokens=cfg.max_context_tokens,
+        observation_style=cfg.observation_style,
+        sampling=SamplingParams(
+            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens_per_turn, stop=cfg.stop
+        ),
+        n_samples=n_samples,
+        concurrency=cfg.concurrency,
+        seed=seed,
+        keep_messages=True,
+    )
+
+
+def play(
+    policy: Any,
+    items: Sequence[PromptItem],
+    cfg: TrainConfig,
+    *,
+    n_samples: int,
+    seed: int,
+    dist: DistContext = SINGLE,
+    progress: bool = False,
+    progress_every_s: float = 5.0,
+) -> list[Trajectory]:
+    """``n_samples`` episodes of each item (with the run's ``env_config``), every rank's.
+
+    Data parallel: this rank plays its contiguous shard of ``items`` with its own ``seed``; group
+    ids count over the whole list, so they are the same on every rank."""
+    mine = dist.shard(len(items))
+    engine = RolloutEngine(
+        policy, rollout_config(cfg, n_samples, seed), progress=progress, progress_every_s=progress_every_s
+    )
+    own = (
+        engine.run_sync(with_env_config(items[mine], parse_env_config(cfg.env_config))).trajectories
+        if items[mine]
+        else []
+    )
+    for t in own:  # group ids over the whole list, not this rank's shard
+        t.group_id += mine.start
+    return [t for part in dist.all_gather_objects(own) for t in part]
+
+
+def rollout_step(
+    policy: Any, sampler: PromptSampler, cfg: TrainConfig, dist: DistContext, step: int, version: int
+) -> RolloutBatch:
+    """One step's rollouts: ``prompts_per_step`` prompts from ``sampler``, ``group_size`` samples
+    each, sampled by ``policy`` at trainer version ``version`` (steps finished)."""
+    t_gen = time.perf_counter()
+    batch_items = sampler.next(cfg.prompts_per_step)
+    position = sampler.state_dict()
+    seed = cfg.seed * 100_003 + step + 1_000_003 * dist.rank
+    trajs = play(policy, batch_items, cfg, n_samples=cfg.group_size, seed=seed, dist=dist)
+    return RolloutBatch(step, trajs, position, version, time.perf_counter() - t_gen)
+
+
+def _equal_reward_groups(trajs: Sequence[Trajectory]) -> set[int]:
+    groups: dict[int, list[float]] = defaultdict(list)
+    for t in trajs:
+        groups[t.group_id].append(t.reward)
+    return {g for g, r in groups.items() if len(r) < 2 or max(r) - min(r) < 1e-9}
+
+
+def select_trainable(
+    trajs: Sequence[Trajectory], skip_equal_reward_groups: bool
+) -> tuple[list[Trajectory], set[int], list[Trajectory]]:
+    """``(good, flat, trainable)``: the episodes not masked, the ids of the groups whose rewards
+    are all equal (when ``skip_equal_reward_groups``; else none), and the good episodes outside
+    those groups."""
+    good = [t for t in trajs if not t.masked]
+    flat = _equal_reward_groups(good) if skip_equal_reward_groups else set()
+    return good, flat, [t for t in good if t.group_id not in flat]
+
+
+def rollout_metrics(
+    rb: RolloutBatch, good: Sequence[Trajectory], flat: set[int], *, step: int, wait_s: float
+) -> dict[str, Any]:
+    """A step's rollout numbers for the metrics log: rewards and success of the good episodes,
+    how many were lost, lengths, timings and how stale the sampler's weights were."""
+    trajs = rb.trajectories
+    return {
+        "reward_mean": sum(t.reward for t in good) / len(good) if good else 0.0,
+        "success_rate": sum(episode_success(t) for t in good) / len(good) if good else 0.0,
+        "episodes": len(trajs),
+        "masked": len(trajs) - len(good),
+        "flat_groups": len(flat),
+        "response_tokens_mean": sum(t.num_generated_tokens for t in good) / max(len(good), 1),
+        "turns_mean": sum(t.num_turns for t in good) / max(len(good), 1),
+        "gen_seconds": rb.gen_seconds,
+        "wait_seconds": wait_s,
+        "policy_version": rb.policy_version,
+        "staleness": (step - 1) - rb.policy_version,
+    }
