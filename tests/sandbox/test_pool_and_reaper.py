@@ -100,7 +100,8 @@ def test_reaper_spares_live_owners_and_removes_expired(sandbox_images):
 
 _OWNER = textwrap.dedent(
     """
-    import sys, time
+    import faulthandler, signal, sys, time
+    faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack if we hang
     from skyrl_gym.sandbox import DockerSandbox, DockerSandboxConfig, SandboxPool
     cfg = DockerSandboxConfig(image=sys.argv[1])
     a, b = DockerSandbox(cfg), DockerSandbox(cfg)
@@ -119,6 +120,7 @@ def _start_owner(image):
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     line = proc.stdout.readline()
@@ -140,11 +142,22 @@ def test_kill_9_then_the_reaper_removes_everything(sandbox_images):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signals_clean_up_without_the_reaper(sandbox_images, sig):
     proc, names = _start_owner(sandbox_images["minimal"])
     os.kill(proc.pid, sig)
-    proc.wait(timeout=60)
+    # Closing three containers (and the pool's filler, which may be mid-create) is quick on a
+    # quiet machine and has taken over a minute on a loaded one; a hang shows its stacks.
+    try:
+        proc.wait(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(2)
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"the owner did not exit within 240 s of signal {sig}; its threads:\n{err[-6000:]}")
+    proc.stderr.close()
     assert _wait_gone(names), "containers survived their owner's SIGTERM/SIGINT"
 
 
