@@ -7,10 +7,12 @@ stages that overlap with other episodes' generation, each with its own thread po
    included): ``skyrl_gym.make`` builds the env, then its optional ``setup()`` hook (starting a
    container, building an image) and ``init(prompt)`` run in worker threads, so a slow sandbox
    never holds a generation slot;
-2. **play** (at most ``concurrency`` at once): :func:`~skyrl_agent.loop.play_episode`, whose
-   ``env.step`` calls run in the thread pool with deadlines, while the policy serves the other
-   episodes. A batching policy (``HFPolicy``) gathers the concurrent turn requests into one
-   model call;
+2. **play** (at most ``concurrency`` at once): the turns, token-level for a
+   :class:`~skyrl_agent.types.Policy` (as :func:`~skyrl_agent.loop.play_episode`) or chat-level
+   for a :class:`~skyrl_agent.types.ChatModel` (as
+   :func:`~skyrl_agent.chat_loop.play_chat_episode`), whose ``env.step`` calls run in the thread
+   pool with deadlines, while the policy serves the other episodes. A batching policy
+   (``HFPolicy``) gathers the concurrent turn requests into one model call;
 3. **finish** (at most ``env_threads`` at once): the env's optional ``grade()`` hook (a
    verifier or test suite; its reward is added to the last turn's), ``get_metrics()`` and
    ``close()``, after the generation slot was released.
@@ -35,9 +37,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from skyrl_agent._env_stages import EnvFailure, finish_env, finish_episode, may_grade, setup_and_init
+from skyrl_agent._episode import Turns, play_turns
 from skyrl_agent._thread_pool import LoopThreadPool, run_in
 from skyrl_agent.chat import ChatRenderer
-from skyrl_agent.loop import play_episode, split_steps
+from skyrl_agent.chat_loop import ChatTurns
+from skyrl_agent.loop import TokenTurns, split_steps
 from skyrl_agent.tasks import load_tasks
 from skyrl_agent.types import (
     ChatModel,
@@ -194,6 +198,22 @@ class RolloutResult:
 EnvFactory = Callable[[PromptItem], Any]
 
 
+def is_chat_level(policy: Any) -> bool:
+    """Whether ``policy`` plays chat-level episodes (a :class:`ChatModel`) rather than
+    token-level ones (a :class:`Policy`, which wins when an object is both); raises
+    ``ConfigError`` for anything else."""
+    if isinstance(policy, Policy):
+        return False
+    if isinstance(policy, ChatModel):
+        return True
+    raise ConfigError(
+        f"{type(policy).__name__} is neither a Policy (a `tokenizer` and `async generate(requests)`, "
+        "for token-level episodes) nor a ChatModel (`async chat(messages, sampling)`, for chat-level "
+        "episodes); use one of skyrl_agent.policies (HFPolicy, OpenAICompatPolicy, LiteLLMChat) or "
+        "give the object those members"
+    )
+
+
 def _make_env(item: PromptItem) -> Any:
     import skyrl_gym
 
@@ -205,7 +225,8 @@ class RolloutEngine:
 
     Args:
         policy: any :class:`~skyrl_agent.types.Policy`, or a :class:`~skyrl_agent.types.ChatModel`
-            (chat-level episodes without token ids, for evaluation).
+            (chat-level episodes without token ids, for evaluation); anything else raises
+            ``ConfigError``.
         config: budgets, sampling, concurrency, seeds.
         renderer: chat rendering (default: the policy tokenizer's own template).
         env_factory: builds the env of a row (default ``skyrl_gym.make``); runs in a thread.
@@ -231,7 +252,7 @@ class RolloutEngine:
         self.policy = policy
         self.config = config
         # a ChatModel (messages in, text out) plays chat-level episodes: evaluation only
-        self.chat_level = not hasattr(policy, "generate") and hasattr(policy, "chat")
+        self.chat_level = is_chat_level(policy)
         self.renderer = renderer or (None if self.chat_level else ChatRenderer(policy.tokenizer))
         self.env_factory = env_factory or _make_env
         self.progress_stream = progress_stream or sys.stderr
@@ -343,29 +364,15 @@ class RolloutEngine:
                 raise
         # play stage: the turns, holding a generation slot
         try:
-            if self.chat_level:
-                from skyrl_agent.chat_loop import play_chat_episode
-
-                traj, env_busy = await play_chat_episode(
-                    self.policy,
-                    env,
-                    item.prompt,
-                    config=cfg,
-                    info=info,
-                    executor=stages.step_pool,
-                    initial=initial,
-                )
-            else:
-                traj, env_busy = await play_episode(
-                    self.policy,
-                    env,
-                    item.prompt,
-                    config=cfg,
-                    renderer=self.renderer,
-                    info=info,
-                    executor=stages.step_pool,
-                    initial=initial,
-                )
+            traj, env_busy = await play_turns(
+                self._turns(info),
+                env,
+                item.prompt,
+                config=cfg,
+                info=info,
+                executor=stages.step_pool,
+                initial=initial,
+            )
         finally:
             stages.play_slots.release()
         traj.env_seconds += setup_s
@@ -374,6 +381,12 @@ class RolloutEngine:
             return await finish_episode(
                 env, traj, config=cfg, executor=stages.finish_pool, grade=may_grade(traj, env_busy)
             )
+
+    def _turns(self, info: EpisodeInfo) -> Turns:
+        """The turns of one episode: chat-level for a ``ChatModel``, token-level for a ``Policy``."""
+        if self.chat_level:
+            return ChatTurns(self.policy, self.config)
+        return TokenTurns(self.policy, self.renderer, self.config, info)
 
     async def _report(self, done: list[Trajectory], total: int, start: float) -> None:
         while True:

@@ -22,38 +22,37 @@ with ``masked=True``, ``stop_reason=env_error`` and the error text, never as rew
 exception gives ``policy_error``, also masked; so does a ``grade()`` that raises or passes
 ``env_grade_timeout_s``. Env threads cannot be killed: a timed-out env
 call is abandoned and its thread finishes on its own.
+
+The turn skeleton (deadlines, env calls, stop reasons, failures) is shared with chat-level
+episodes (:mod:`skyrl_agent.chat_loop`) and lives in ``skyrl_agent._episode``; this module holds
+the token-level strategy, :class:`TokenTurns`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import time
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
-from skyrl_agent._env_stages import EnvFailure as _EnvFailure
-from skyrl_agent._env_stages import env_call as _env_call
-from skyrl_agent._env_stages import finish_episode, may_grade, setup_and_init
+from skyrl_agent._env_stages import finish_episode, may_grade
+from skyrl_agent._episode import UnusableReply, play_turns
 from skyrl_agent._thread_pool import LoopThreadPool
 from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.types import (
     EpisodeInfo,
     FinishReason,
+    GenerateOutput,
     GenerateRequest,
     Policy,
     RolloutConfig,
+    SamplingParams,
     StopReason,
     Trajectory,
+    turn_seed,
 )
-from skyrl_gym.types import as_step_output
 
 __all__ = ["run_episode", "play_episode", "turn_seed", "EpisodeInfo", "split_steps"]
-
-
-def turn_seed(episode_seed: int, turn: int) -> int:
-    """The sampling seed of ``turn`` in an episode seeded ``episode_seed`` (stable across runs)."""
-    return (episode_seed * 1_000_003 + turn * 7919 + 17) % (2**63)
 
 
 async def run_episode(
@@ -103,173 +102,118 @@ async def play_episode(
     Returns the trajectory and whether an env call was left running in its thread (then the
     env must not be graded)."""
     info = info or EpisodeInfo()
-    renderer = renderer or ChatRenderer(policy.tokenizer)
-    start = time.monotonic()
-    deadline = start + config.episode_deadline_s
-    prompt_ids: list[int] = []
-    response_ids: list[int] = []
-    loss_mask: list[int] = []
-    logprobs: list[float] | None = []
-    token_rewards: list[float] = []
-    turn_rewards: list[float] = []
-    turn_spans: list[tuple[int, int]] = []
-    messages: list[dict[str, Any]] = []
-    llm_s = env_s = 0.0
-    truncated = 0
-    stop = StopReason.MAX_TURNS
-    error: str | None = None
-    inline_open = False
-    env_busy = False
-    in_thread_call = False  # an env call runs in a thread (the episode deadline may abandon it)
+    turns = TokenTurns(policy, renderer or ChatRenderer(policy.tokenizer), config, info)
+    return await play_turns(turns, env, prompt, config=config, info=info, executor=executor, initial=initial)
 
-    def call(fn: Callable[..., Any], *args: Any, what: str) -> Any:
-        return _env_call(
-            fn,
-            *args,
-            executor=executor,
-            timeout_s=config.env_step_timeout_s,
-            deadline=deadline,
-            what=what,
-            inline=config.env_calls == "inline",
+
+class TokenTurns:
+    """Token-level turns of one episode: a :class:`Policy` generates token ids from the growing
+    token sequence; the prompt is rendered once and each observation's tokens are appended (loss
+    mask 0, logprob 0), so the trainer sees exactly the sampled ids."""
+
+    def __init__(
+        self, policy: Policy, renderer: ChatRenderer, config: RolloutConfig, info: EpisodeInfo
+    ) -> None:
+        self.policy, self.renderer, self.config, self.info = policy, renderer, config, info
+        self.tools: Sequence[dict[str, Any]] | None = None
+        self.prompt_ids: list[int] = []
+        self.response_ids: list[int] = []
+        self.loss_mask: list[int] = []
+        self.logprobs: list[float] | None = []
+        self.turn_spans: list[tuple[int, int]] = []
+        self.truncated = 0
+        self.messages: list[dict[str, Any]] = []
+        """The conversation as text, kept only when ``config.keep_messages``."""
+        self.inline_open = False
+        """The last observation was appended inline: the model continues its own message."""
+        self.last_id = 0
+        """The last sampled token id."""
+        self.last_stopped = False
+        """The last turn ended with a stop (not cut by ``max_tokens``)."""
+
+    def start(self, env: Any, first: Sequence[dict[str, Any]]) -> StopReason | None:
+        if hasattr(env, "tool_specs"):
+            self.tools = env.tool_specs() or None
+        self.prompt_ids = self.renderer.encode_prompt(first, self.tools)
+        if self.config.keep_messages:
+            self.messages = [dict(m) for m in first]
+        return StopReason.CONTEXT_LIMIT if len(self.prompt_ids) >= self.config.max_context_tokens else None
+
+    def room(self) -> int | None:
+        room = self.config.max_context_tokens - len(self.prompt_ids) - len(self.response_ids)
+        return min(self.config.max_tokens_per_turn, room) if room > 0 else None
+
+    async def generate(self, turn: int, sampling: SamplingParams) -> GenerateOutput:
+        request_id = f"{self.info.prompt_id}/{self.info.sample_index}/{turn}"
+        request = GenerateRequest(self.prompt_ids + self.response_ids, sampling, request_id)
+        out = (await self.policy.generate([request]))[0]
+        if not out.token_ids:
+            raise UnusableReply("policy returned no tokens")
+        return out
+
+    def record(self, reply: GenerateOutput) -> str:
+        begin = len(self.response_ids)
+        self._append(reply.token_ids, 1, reply.logprobs)
+        self.turn_spans.append((begin, len(self.response_ids)))
+        self.truncated += reply.finish_reason == FinishReason.LENGTH
+        self.last_id, self.last_stopped = reply.token_ids[-1], reply.finish_reason == FinishReason.STOP
+        if self.config.keep_messages:
+            if self.inline_open:  # the model continued its own message after an inline observation
+                self.messages[-1]["content"] += reply.text
+            else:
+                self.messages.append({"role": "assistant", "content": reply.text})
+        return reply.text
+
+    def observe(self, observations: Sequence[dict[str, Any]]) -> StopReason | None:
+        # a turn that ended with the template's own end-of-turn token is closed; one cut by a
+        # stop string or max_tokens gets the closing text appended (mask 0)
+        ended_eos = self.last_stopped and self.renderer.closes_turn(self.last_id)
+        obs = list(observations)
+        self.inline_open = self.config.observation_style == "inline" and not ended_eos
+        if self.inline_open:
+            obs_ids = self.renderer.encode_text(_inline_text(obs))
+        else:
+            obs_ids = self.renderer.encode_observation(
+                obs, self.tools, turn_ended_with_eos=ended_eos, last_token_id=self.last_id
+            )
+        if len(self.prompt_ids) + len(self.response_ids) + len(obs_ids) >= self.config.max_context_tokens:
+            return StopReason.CONTEXT_LIMIT
+        self._append(obs_ids, 0, [0.0] * len(obs_ids))
+        if self.config.keep_messages:
+            if self.inline_open:
+                self.messages[-1]["content"] += _inline_text(obs)
+            else:
+                self.messages += [dict(m) for m in obs]
+        return None
+
+    def finish(self, traj: Trajectory) -> Trajectory:
+        token_rewards = [0.0] * len(self.response_ids)
+        for (_start, end), reward in zip(self.turn_spans, traj.turn_rewards, strict=False):
+            token_rewards[end - 1] += reward  # each turn's reward sits at its last token
+        return dataclasses.replace(
+            traj,
+            token_rewards=token_rewards,
+            prompt_ids=self.prompt_ids,
+            response_ids=self.response_ids,
+            loss_mask=self.loss_mask,
+            rollout_logprobs=self.logprobs,
+            num_turns=len(self.turn_spans),
+            turn_spans=self.turn_spans,
+            truncated_turns=self.truncated,
+            messages=self.messages,
         )
 
-    t_turn = 0.0  # when the policy call in flight (if any) started
-    try:
-        async with asyncio.timeout_at(asyncio.get_running_loop().time() + config.episode_deadline_s):
-            if initial is None:
-                in_thread_call = True
-                (first, _init_info), dt = await setup_and_init(
-                    env, prompt, config=config, executor=executor, deadline=deadline
-                )
-                in_thread_call = False
-                env_s += dt
-            else:
-                first, _init_info = initial
-            tools = None
-            if hasattr(env, "tool_specs"):
-                tools = env.tool_specs() or None
-            prompt_ids = renderer.encode_prompt(first, tools)
-            if config.keep_messages:
-                messages = [dict(m) for m in first]
-            if len(prompt_ids) >= config.max_context_tokens:
-                stop = StopReason.CONTEXT_LIMIT
-            for turn in range(config.max_turns if stop != StopReason.CONTEXT_LIMIT else 0):
-                room = config.max_context_tokens - len(prompt_ids) - len(response_ids)
-                if room <= 0:
-                    stop = StopReason.CONTEXT_LIMIT
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    stop = StopReason.DEADLINE
-                    break
-                sampling = config.sampling.with_turn(
-                    min(config.max_tokens_per_turn, room), turn_seed(info.seed, turn)
-                )
-                request = GenerateRequest(
-                    prompt_ids + response_ids, sampling, f"{info.prompt_id}/{info.sample_index}/{turn}"
-                )
-                t0 = t_turn = time.monotonic()
-                try:
-                    # the episode-wide timeout (above) cancels this await when the deadline passes
-                    out = (await policy.generate([request]))[0]
-                except Exception as exc:  # noqa: BLE001 - recorded, the episode is masked
-                    llm_s += time.monotonic() - t0
-                    stop, error = StopReason.POLICY_ERROR, f"{type(exc).__name__}: {exc}"
-                    break
-                llm_s += time.monotonic() - t0
-                t_turn = 0.0
-                if not out.token_ids:
-                    stop, error = StopReason.POLICY_ERROR, "policy returned no tokens"
-                    break
-                begin = len(response_ids)
-                response_ids += out.token_ids
-                loss_mask += [1] * len(out.token_ids)
-                token_rewards += [0.0] * len(out.token_ids)
-                if logprobs is not None and out.logprobs is not None:
-                    logprobs += out.logprobs
-                else:
-                    logprobs = None
-                turn_spans.append((begin, len(response_ids)))
-                truncated += out.finish_reason == FinishReason.LENGTH
-                if config.keep_messages:
-                    if inline_open:  # the model continued its own message after an inline observation
-                        messages[-1]["content"] += out.text
-                    else:
-                        messages.append({"role": "assistant", "content": out.text})
+    def _append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None) -> None:
+        self.response_ids += ids
+        self.loss_mask += [mask] * len(ids)
+        if self.logprobs is not None and logprobs is not None:
+            self.logprobs += logprobs
+        else:
+            self.logprobs = None
 
-                in_thread_call = config.env_calls != "inline"
-                raw, dt = await call(env.step, out.text, what=f"env.step (turn {turn})")
-                in_thread_call = False
-                env_s += dt
-                try:
-                    step = as_step_output(raw)
-                except TypeError as exc:
-                    raise _EnvFailure(StopReason.ENV_ERROR, f"TypeError: {exc} (in env.step)") from exc
-                reward = float(step.reward)
-                token_rewards[-1] += reward
-                turn_rewards.append(reward)
-                if step.done:
-                    stop = StopReason.ENV_DONE
-                    break
-                if turn == config.max_turns - 1:
-                    stop = StopReason.MAX_TURNS
-                    break
-                # a turn that ended with the template's own end-of-turn token is closed; one cut
-                # by a stop string or max_tokens gets the closing text appended (mask 0)
-                ended_eos = out.finish_reason == FinishReason.STOP and renderer.closes_turn(out.token_ids[-1])
-                obs = list(step.observations)
-                inline_open = config.observation_style == "inline" and not ended_eos
-                if inline_open:
-                    obs_ids = renderer.encode_text("".join(str(m.get("content") or "") for m in obs))
-                else:
-                    obs_ids = renderer.encode_observation(
-                        obs, tools, turn_ended_with_eos=ended_eos, last_token_id=out.token_ids[-1]
-                    )
-                if len(prompt_ids) + len(response_ids) + len(obs_ids) >= config.max_context_tokens:
-                    stop = StopReason.CONTEXT_LIMIT
-                    break
-                response_ids += obs_ids
-                loss_mask += [0] * len(obs_ids)
-                token_rewards += [0.0] * len(obs_ids)
-                if logprobs is not None:
-                    logprobs += [0.0] * len(obs_ids)
-                if config.keep_messages:
-                    if inline_open:
-                        messages[-1]["content"] += "".join(str(m.get("content") or "") for m in obs)
-                    else:
-                        messages += [dict(m) for m in obs]
-    except TimeoutError:  # the episode deadline passed (policy call or inline env call)
-        stop = StopReason.DEADLINE
-        env_busy = in_thread_call
-        if t_turn:
-            llm_s += time.monotonic() - t_turn
-    except _EnvFailure as failure:
-        stop, error = failure.stop, failure.error if failure.stop != StopReason.DEADLINE else None
-        env_busy = failure.abandoned
-    masked = stop in (StopReason.ENV_ERROR, StopReason.POLICY_ERROR)
-    traj = Trajectory(
-        prompt_ids=prompt_ids,
-        response_ids=response_ids,
-        loss_mask=loss_mask,
-        rollout_logprobs=logprobs,
-        token_rewards=token_rewards,
-        reward=sum(turn_rewards),
-        stop_reason=stop,
-        num_turns=len(turn_spans),
-        turn_rewards=turn_rewards,
-        turn_spans=turn_spans,
-        truncated_turns=truncated,
-        llm_seconds=llm_s,
-        env_seconds=env_s,
-        error=error,
-        masked=masked,
-        prompt_id=info.prompt_id,
-        group_id=info.group_id,
-        sample_index=info.sample_index,
-        env_id=info.env_id,
-        messages=messages,
-    )
-    return traj, env_busy
+
+def _inline_text(observations: Sequence[dict[str, Any]]) -> str:
+    return "".join(str(m.get("content") or "") for m in observations)
 
 
 def split_steps(traj: Trajectory) -> list[Trajectory]:

@@ -42,6 +42,7 @@ from skyrl_agent.engine import (
     RolloutResult,
     RolloutStats,
     episode_jobs,
+    is_chat_level,
 )
 from skyrl_agent.loop import split_steps
 from skyrl_agent.types import RolloutConfig, Trajectory
@@ -98,8 +99,7 @@ class _Worker:
                     spec.id, spec.entry_point, spec.kwargs, description=spec.description, source=spec.source
                 )
         self.policy = policy_factory()
-        chat_level = not hasattr(self.policy, "generate")
-        renderer = None if chat_level else ChatRenderer(self.policy.tokenizer, chat_template)
+        renderer = None if is_chat_level(self.policy) else ChatRenderer(self.policy.tokenizer, chat_template)
         self.engine = RolloutEngine(
             self.policy, config, renderer=renderer, env_factory=env_factory, progress=False
         )

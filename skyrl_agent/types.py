@@ -34,6 +34,7 @@ __all__ = [
     "PromptItem",
     "EpisodeInfo",
     "EpisodeJob",
+    "turn_seed",
     "SamplingParams",
     "GenerateRequest",
     "GenerateOutput",
@@ -468,6 +469,11 @@ class EpisodeInfo:
     """Episode seed; each turn samples with ``turn_seed(seed, turn)``."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form, not copied."""
+
+
+def turn_seed(episode_seed: int, turn: int) -> int:
+    """The sampling seed of ``turn`` in an episode seeded ``episode_seed`` (stable across runs)."""
+    return (episode_seed * 1_000_003 + turn * 7919 + 17) % (2**63)
 
 
 #: One episode of a batch: (group index, sample index, the row).

@@ -10,6 +10,7 @@ from skyrl_agent.engine import PromptItem, RolloutEngine, RolloutStats, load_pro
 from skyrl_agent.io import load_jsonl, save_jsonl
 from skyrl_agent.policies.fake import ScriptedPolicy
 from skyrl_agent.types import RolloutConfig, SamplingParams, StopReason
+from skyrl_gym.errors import ConfigError
 from tests.agent.envs import EchoEnv, per_episode_script
 
 ENV_ID = "test-agent-echo"
@@ -177,3 +178,19 @@ def test_env_setup_timeout_is_masked_and_the_late_env_closed(tokenizer):
     t = result.trajectories[0]
     assert t.masked and "env set-up took longer" in t.error and result.stats.timeouts == 1
     assert closed == [True]
+
+
+def test_the_level_of_the_episodes_follows_the_policy_type(tokenizer):
+    class Both(ScriptedPolicy):  # a Policy that can also chat still plays token-level episodes
+        async def chat(self, messages, sampling):
+            raise AssertionError("not called")
+
+    result = RolloutEngine(Both(tokenizer, ["DONE"]), RolloutConfig(), progress=False).run_sync(_items(1))
+    assert result.trajectories[0].prompt_ids and result.trajectories[0].stop_reason == StopReason.ENV_DONE
+
+    class GenerateOnly:  # no tokenizer: neither a Policy nor a ChatModel
+        async def generate(self, requests):
+            return []
+
+    with pytest.raises(ConfigError, match="neither a Policy .* nor a ChatModel"):
+        RolloutEngine(GenerateOnly(), RolloutConfig(), progress=False)

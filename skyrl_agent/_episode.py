@@ -1,0 +1,211 @@
+"""The one episode skeleton, shared by token-level and chat-level turns.
+
+::
+
+    messages = setup_and_init(env, prompt)  # or the engine's set-up stage gave them
+    turns.start(env, messages)              # render the prompt / copy the messages
+    repeat (max_turns):
+        max_tokens = turns.room()           # None: the context is full
+        if the episode deadline passed: stop
+        reply = await turns.generate(turn, sampling)
+        action = turns.record(reply)        # the turn's text
+        step = env.step(action)             # in a worker thread, with a deadline
+        reward -> turn_rewards
+        if done or max_turns: stop
+        turns.observe(step.observations)    # may stop at the context limit
+    turns.finish(trajectory)                # the level's own fields
+
+What differs between the levels is a :class:`Turns` strategy, one object per episode:
+:class:`~skyrl_agent.loop.TokenTurns` (a :class:`~skyrl_agent.types.Policy`: token ids, masks,
+logprobs, turn spans) and :class:`~skyrl_agent.chat_loop.ChatTurns` (a
+:class:`~skyrl_agent.types.ChatModel`: messages only). The skeleton owns the deadlines, the env
+calls, the rewards, the stop reasons, the timings and the failure handling; see
+:mod:`skyrl_agent.loop` for those rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from skyrl_agent._env_stages import EnvFailure, env_call, setup_and_init
+from skyrl_agent._thread_pool import LoopThreadPool
+from skyrl_agent.types import EpisodeInfo, RolloutConfig, SamplingParams, StopReason, Trajectory, turn_seed
+from skyrl_gym.types import BaseTextEnvStepOutput, as_step_output
+
+__all__ = ["Turns", "UnusableReply", "play_turns"]
+
+#: What a set-up stage hands to the play stage: ``env.init``'s messages and info.
+Initial = tuple[Sequence[dict[str, Any]], dict[str, Any]]
+
+
+class UnusableReply(Exception):
+    """A reply the policy returned that no turn can be made of (the episode ends with
+    ``policy_error`` and this message as its error)."""
+
+
+class Turns(Protocol):
+    """What one level of turns does in an episode (one object per episode)."""
+
+    def start(self, env: Any, first: Sequence[dict[str, Any]]) -> StopReason | None:
+        """Take the env's first messages; a stop reason when no turn fits."""
+        ...
+
+    def room(self) -> int | None:
+        """``max_tokens`` of the next turn; None when the context is full."""
+        ...
+
+    async def generate(self, turn: int, sampling: SamplingParams) -> Any:
+        """The policy's reply for ``turn`` (raises for a policy failure)."""
+        ...
+
+    def record(self, reply: Any) -> str:
+        """Append the reply to the episode; return the action for ``env.step``."""
+        ...
+
+    def observe(self, observations: Sequence[dict[str, Any]]) -> StopReason | None:
+        """Append the env's observations; a stop reason when they do not fit."""
+        ...
+
+    def finish(self, traj: Trajectory) -> Trajectory:
+        """``traj`` (the skeleton's fields) with the level's own: ids, masks, turns, messages."""
+        ...
+
+
+@dataclass
+class _Episode:
+    """The skeleton's side of one episode: the env calls under the episode deadline, the
+    rewards and the timings, whatever the level of its turns."""
+
+    env: Any
+    config: RolloutConfig
+    executor: concurrent.futures.Executor | LoopThreadPool | None
+    deadline: float
+    """The episode's deadline (``time.monotonic()`` clock)."""
+    turn_rewards: list[float] = field(default_factory=list)
+    llm_s: float = 0.0
+    env_s: float = 0.0
+    t_turn: float = 0.0
+    """When the policy call in flight (if any) started."""
+    in_thread: bool = False
+    """An env call runs in a thread (the episode deadline may abandon it)."""
+
+    async def first_messages(
+        self, prompt: Sequence[dict[str, Any]], initial: Initial | None
+    ) -> Sequence[dict[str, Any]]:
+        """``env.init``'s messages: from the set-up stage, else ``setup()`` and ``init`` run here."""
+        if initial is not None:
+            return initial[0]
+        self.in_thread = True
+        (first, _info), dt = await setup_and_init(
+            self.env, prompt, config=self.config, executor=self.executor, deadline=self.deadline
+        )
+        self.in_thread = False
+        self.env_s += dt
+        return first
+
+    async def step(self, action: str, turn: int) -> BaseTextEnvStepOutput:
+        """``env.step(action)`` in a thread (or inline) with its deadline; raises :class:`EnvFailure`."""
+        inline = self.config.env_calls == "inline"
+        self.in_thread = not inline
+        raw, dt = await env_call(
+            self.env.step,
+            action,
+            executor=self.executor,
+            timeout_s=self.config.env_step_timeout_s,
+            deadline=self.deadline,
+            what=f"env.step (turn {turn})",
+            inline=inline,
+        )
+        self.in_thread = False
+        self.env_s += dt
+        try:
+            return as_step_output(raw)
+        except TypeError as exc:
+            raise EnvFailure(StopReason.ENV_ERROR, f"TypeError: {exc} (in env.step)") from exc
+
+
+async def play_turns(
+    turns: Turns,
+    env: Any,
+    prompt: Sequence[dict[str, Any]],
+    *,
+    config: RolloutConfig,
+    info: EpisodeInfo,
+    executor: concurrent.futures.Executor | LoopThreadPool | None,
+    initial: Initial | None,
+) -> tuple[Trajectory, bool]:
+    """Play the turns of one episode (no grading, metrics or closing); return the trajectory
+    and whether an env call was left running in its thread (then the env must not be graded)."""
+    ep = _Episode(env, config, executor, deadline=time.monotonic() + config.episode_deadline_s)
+    stop, error, env_busy = StopReason.MAX_TURNS, None, False
+    try:
+        async with asyncio.timeout_at(asyncio.get_running_loop().time() + config.episode_deadline_s):
+            first = await ep.first_messages(prompt, initial)
+            stop, error = await _turn_loop(turns, ep, first, info)
+    except TimeoutError:  # the episode deadline passed (policy call or inline env call)
+        stop, env_busy = StopReason.DEADLINE, ep.in_thread
+        if ep.t_turn:
+            ep.llm_s += time.monotonic() - ep.t_turn
+    except EnvFailure as failure:
+        stop, error = failure.stop, failure.error if failure.stop != StopReason.DEADLINE else None
+        env_busy = failure.abandoned
+    traj = Trajectory(
+        prompt_ids=[],
+        response_ids=[],
+        loss_mask=[],
+        rollout_logprobs=None,
+        token_rewards=[],
+        reward=sum(ep.turn_rewards),
+        stop_reason=stop,
+        turn_rewards=ep.turn_rewards,
+        llm_seconds=ep.llm_s,
+        env_seconds=ep.env_s,
+        error=error,
+        masked=stop in (StopReason.ENV_ERROR, StopReason.POLICY_ERROR),
+        prompt_id=info.prompt_id,
+        group_id=info.group_id,
+        sample_index=info.sample_index,
+        env_id=info.env_id,
+    )
+    return turns.finish(traj), env_busy
+
+
+async def _turn_loop(
+    turns: Turns, ep: _Episode, first: Sequence[dict[str, Any]], info: EpisodeInfo
+) -> tuple[StopReason, str | None]:
+    """The turns until a stop; returns the stop reason and the error (raises
+    :class:`EnvFailure` and, at the episode deadline, ``CancelledError``)."""
+    config = ep.config
+    stop = turns.start(ep.env, first)
+    for turn in range(config.max_turns if stop is None else 0):
+        max_tokens = turns.room()
+        if max_tokens is None:
+            return StopReason.CONTEXT_LIMIT, None
+        if ep.deadline - time.monotonic() <= 0:
+            return StopReason.DEADLINE, None
+        sampling = config.sampling.with_turn(max_tokens, turn_seed(info.seed, turn))
+        ep.t_turn = time.monotonic()
+        try:
+            # the episode-wide timeout cancels this await when the deadline passes
+            reply = await turns.generate(turn, sampling)
+        except Exception as exc:  # noqa: BLE001 - recorded, the episode is masked
+            error = str(exc) if isinstance(exc, UnusableReply) else f"{type(exc).__name__}: {exc}"
+            return StopReason.POLICY_ERROR, error
+        finally:
+            ep.llm_s += time.monotonic() - ep.t_turn
+            ep.t_turn = 0.0
+        step = await ep.step(turns.record(reply), turn)
+        ep.turn_rewards.append(float(step.reward))
+        if step.done:
+            return StopReason.ENV_DONE, None
+        if turn == config.max_turns - 1:
+            return StopReason.MAX_TURNS, None
+        stop = turns.observe(step.observations)
+        if stop is not None:
+            return stop, None
+    return stop or StopReason.MAX_TURNS, None
