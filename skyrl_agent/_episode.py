@@ -32,12 +32,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from skyrl_agent._env_stages import EnvFailure, env_call, setup_and_init
+from skyrl_agent._env_stages import EnvFailure, env_call, finish_episode, may_grade, setup_and_init
 from skyrl_agent._thread_pool import LoopThreadPool
 from skyrl_agent.types import EpisodeInfo, RolloutConfig, SamplingParams, StopReason, Trajectory, turn_seed
 from skyrl_gym.types import BaseTextEnvStepOutput, as_step_output
 
-__all__ = ["Turns", "UnusableReply", "play_turns"]
+__all__ = ["Turns", "UnusableReply", "play_turns", "run_turns"]
 
 #: What a set-up stage hands to the play stage: ``env.init``'s messages and info.
 Initial = tuple[Sequence[dict[str, Any]], dict[str, Any]]
@@ -209,3 +209,24 @@ async def _turn_loop(
         if stop is not None:
             return stop, None
     return stop or StopReason.MAX_TURNS, None
+
+
+async def run_turns(
+    turns: Turns,
+    env: Any,
+    prompt: Sequence[dict[str, Any]],
+    *,
+    config: RolloutConfig,
+    info: EpisodeInfo,
+    executor: concurrent.futures.Executor | LoopThreadPool | None,
+    initial: Initial | None,
+    close_env: bool,
+) -> Trajectory:
+    """A whole episode: :func:`play_turns`, then the finish stage (``env.grade()`` when the
+    episode may be graded, the env's metrics, and ``close()`` unless ``close_env`` is False)."""
+    traj, env_busy = await play_turns(
+        turns, env, prompt, config=config, info=info, executor=executor, initial=initial
+    )
+    return await finish_episode(
+        env, traj, config=config, executor=executor, grade=may_grade(traj, env_busy), close=close_env
+    )

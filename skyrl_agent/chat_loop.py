@@ -14,8 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from skyrl_agent._env_stages import finish_episode, may_grade
-from skyrl_agent._episode import play_turns
+from skyrl_agent._episode import play_turns, run_turns
 from skyrl_agent._thread_pool import LoopThreadPool
 from skyrl_agent.types import ChatModel, EpisodeInfo, RolloutConfig, SamplingParams, StopReason, Trajectory
 
@@ -35,11 +34,15 @@ async def run_chat_episode(
 ) -> Trajectory:
     """Play one episode at the chat level; never raises for env or model failures. ``initial``
     and the env's ``setup``/``grade`` hooks as in :func:`skyrl_agent.loop.run_episode`."""
-    traj, env_busy = await play_chat_episode(
-        model, env, prompt, config=config, info=info, executor=executor, initial=initial
-    )
-    return await finish_episode(
-        env, traj, config=config, executor=executor, grade=may_grade(traj, env_busy), close=close_env
+    return await run_turns(
+        ChatTurns(model, config),
+        env,
+        prompt,
+        config=config,
+        info=info or EpisodeInfo(),
+        executor=executor,
+        initial=initial,
+        close_env=close_env,
     )
 
 

@@ -35,8 +35,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from skyrl_agent._env_stages import finish_episode, may_grade
-from skyrl_agent._episode import UnusableReply, play_turns
+from skyrl_agent._episode import UnusableReply, play_turns, run_turns
 from skyrl_agent._thread_pool import LoopThreadPool
 from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.types import (
@@ -78,11 +77,10 @@ async def run_episode(
     the end unless ``close_env=False``. Never raises for env or policy failures: they are
     recorded.
     """
-    traj, env_busy = await play_episode(
-        policy, env, prompt, config=config, renderer=renderer, info=info, executor=executor, initial=initial
-    )
-    return await finish_episode(
-        env, traj, config=config, executor=executor, grade=may_grade(traj, env_busy), close=close_env
+    info = info or EpisodeInfo()
+    turns = TokenTurns(policy, renderer or ChatRenderer(policy.tokenizer), config, info)
+    return await run_turns(
+        turns, env, prompt, config=config, info=info, executor=executor, initial=initial, close_env=close_env
     )
 
 
