@@ -9,11 +9,15 @@ The model works in the task's container through tools, called Hermes style::
 - ``read_file(path)`` / ``write_file(path, content)``: files in the container.
 - ``submit()``: the agent is done; the verifier runs.
 
+The tools are :class:`~skyrl_gym.sandbox.TerminalTools` (shared with the ``swe`` env); Harbor's
+own part is how ``bash`` runs (through the trial: the agent budget) and how its result reads.
 The episode ends on ``submit``, at ``max_turns``, or when the agent phase's budget
 (``[agent].timeout_sec``) is spent; then the verifier runs once and its reward is the episode's
-reward (on the last turn, 0 before). A verifier that leaves no usable reward, or a container
-that fails, raises out of ``step`` (:class:`~harbor_adapter.errors.TrialError`): the runtime
-records the episode as masked, never as reward 0.
+reward (on the last turn, 0 before). A verifier that leaves no usable reward
+(:class:`~harbor_adapter.errors.TrialError`), or a container that fails (a
+:class:`~skyrl_gym.errors.SandboxError`, raised from the tool through the tool executor),
+raises out of ``step``: both are infrastructure errors, and the runtime records the episode as
+masked, never as reward 0.
 
 ``extras``: ``task_dir`` (a task folder), or ``task`` (a name) with ``env_config["tasks_dir"]``,
 and optionally ``max_turns``; both may also sit under ``extras["extras"]`` (a whole dataset row
@@ -34,12 +38,22 @@ from harbor_adapter.trial import Trial
 from harbor_adapter.types import HarborTask, TrialSettings, VerifierResult
 from skyrl_gym.config import config_get
 from skyrl_gym.core import BaseTextEnv
-from skyrl_gym.errors import ConfigError, SandboxError, did_you_mean
-from skyrl_gym.sandbox.types import SandboxFileNotFoundError
-from skyrl_gym.tools import ToolGroup, tool, truncate_middle
+from skyrl_gym.errors import ConfigError, did_you_mean
+from skyrl_gym.sandbox.terminal import TerminalSettings, TerminalTools, Workspace, turn_observation
+from skyrl_gym.sandbox.types import ExecResult, MiB
+from skyrl_gym.tools import truncate_middle
 from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
 
-__all__ = ["TerminalEnv", "TerminalTools", "task_prompt", "tool_call", "SYSTEM_PROMPT"]
+__all__ = ["TerminalEnv", "HarborTools", "task_prompt", "tool_call", "SYSTEM_PROMPT", "TOOL_NAMES"]
+
+#: The agent's tools (of :class:`~skyrl_gym.sandbox.TerminalTools`), in this order.
+TOOL_NAMES = ("bash", "read_file", "write_file", "submit")
+#: The observation of a turn without a tool call.
+NO_TOOL_CALL = (
+    "No tool call found. Call a tool like this: "
+    '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call> '
+    'or finish with <tool_call>{"name": "submit", "arguments": {}}</tool_call>'
+)
 
 _ENV_KEYS = {"max_turns", "parser", "tasks_dir"}
 _SETTINGS_KEYS = {f.name for f in dataclasses.fields(TrialSettings)}
@@ -117,36 +131,31 @@ def _resolve_task(extras: Any, tasks_dir: str | None) -> HarborTask:
     )
 
 
-class TerminalTools(ToolGroup):
-    """The terminal tools of a :class:`TerminalEnv`: they act on its trial's container."""
+class HarborTools(TerminalTools):
+    """The terminal tools of a :class:`TerminalEnv`; commands run through its trial (the agent
+    budget) and read as ``exit code: N``, then stdout and stderr, each cut to ``output_chars``."""
 
     def __init__(self, env: TerminalEnv) -> None:
-        super().__init__(name="terminal")
+        settings = TerminalSettings(
+            command_timeout_s=env.settings.command_timeout_s,
+            max_observation_chars=env.settings.output_chars,
+            max_file_bytes=4 * MiB,
+        )
+        super().__init__(env, tools=TOOL_NAMES, settings=settings)
         self._env = env
 
-    def _trial(self) -> Trial:
+    def run_command(self, command: str) -> ExecResult | str:
         trial = self._env.trial
         if trial is None:
             raise TrialError("the episode has not started (call init first)")
-        return trial
-
-    @tool(timeout=None)
-    def bash(self, command: str) -> str:
-        """Run a shell command in the task's working directory and return its exit code and output.
-
-        Args:
-            command: The command line, run with `bash -c` (a fresh shell each call).
-        """
-        env = self._env
         try:
-            result = self._trial().run(command)
+            return trial.run(command)
         except TrialTimeoutError:
-            env.out_of_time = True
+            self._env.out_of_time = True
             return "The time for this task is up; no more commands run."
-        except SandboxError as exc:  # the container failed: not the model's doing
-            env.infra_error = exc
-            return "internal error"
-        cap = env.settings.output_chars
+
+    def describe_command(self, result: ExecResult) -> str:
+        cap = self.settings.max_observation_chars
         parts = [f"exit code: {result.exit_code}"]
         if result.timed_out:
             parts.append("(the command ran past its deadline and was killed)")
@@ -155,45 +164,6 @@ class TerminalTools(ToolGroup):
         if result.stderr:
             parts.append("[stderr]\n" + truncate_middle(result.stderr, cap)[0])
         return "\n".join(parts)
-
-    @tool(timeout=None)
-    def read_file(self, path: str) -> str:
-        """Return the text of a file.
-
-        Args:
-            path: The file's path (relative to the working directory, or absolute).
-        """
-        cap = self._env.settings.output_chars
-        try:
-            data = self._trial().read_file(path, max_bytes=4 * 1024 * 1024)
-        except SandboxFileNotFoundError:
-            return f"error: no file {path!r}"
-        except SandboxError as exc:
-            if "not a regular file" in str(exc) or "max_bytes" in str(exc):
-                return f"error: cannot read {path!r}: not a regular file or larger than 4 MiB"
-            self._env.infra_error = exc
-            return "internal error"
-        return truncate_middle(data.decode("utf-8", "replace"), cap)[0]
-
-    @tool(timeout=None)
-    def write_file(self, path: str, content: str) -> str:
-        """Create or replace a file (parent directories are created).
-
-        Args:
-            path: The file's path (relative to the working directory, or absolute).
-            content: The complete new text of the file.
-        """
-        try:
-            self._trial().write_file(path, content)
-        except SandboxError as exc:
-            return f"error: could not write {path!r}: {str(exc)[-300:]}"
-        return f"wrote {len(content.encode())} bytes to {path}"
-
-    @tool(timeout=None)
-    def submit(self) -> str:
-        """Say that the task is done; the work is checked and the episode ends."""
-        self._env.submitted = True
-        return "submitted"
 
 
 class TerminalEnv(BaseTextEnv):
@@ -209,10 +179,9 @@ class TerminalEnv(BaseTextEnv):
                 raise ConfigError(f"harbor env: max_turns must be >= 1, got {self.max_turns}")
         self.task = _resolve_task(self.extras, tasks_dir)
         self.trial: Trial | None = None
-        self.init_tool_groups([TerminalTools(self)])
+        self.init_tool_groups([HarborTools(self)])
         self.submitted = False
         self.out_of_time = False
-        self.infra_error: BaseException | None = None
         self.verifier: VerifierResult | None = None
         self.tool_calls = 0
         self.format_errors = 0
@@ -232,6 +201,14 @@ class TerminalEnv(BaseTextEnv):
         )
 
     # ------------------------------------------------------------------ episode
+    @property
+    def workspace(self) -> Workspace:
+        """The task's running container and its working directory (what the tools act on)."""
+        trial = self.trial
+        if trial is None or trial.sandbox is None:
+            raise TrialError("the episode has not started (call init first)")
+        return Workspace(trial.sandbox, trial.workdir)
+
     def init(self, prompt: ConversationType | None = None) -> tuple[ConversationType, dict[str, Any]]:
         """Build (cached) and start the task's container; return the first messages (``prompt``
         when given, else the tool protocol and the task's instruction)."""
@@ -247,9 +224,7 @@ class TerminalEnv(BaseTextEnv):
         if self.trial is None or self._closed:
             raise TrialError("step() before init() or after close(): the episode has no container")
         self.turns += 1
-        results = self.call_tools(action, self.parser, timeout=None)
-        if self.infra_error is not None:
-            raise TrialError(f"the task container failed: {self.infra_error}") from self.infra_error
+        results = self.call_tools(action, self.parser, timeout=None)  # a broken container raises
         self.tool_calls += len(results)
         meta: dict[str, Any] = {"tool_calls": [{"name": r.name, "error": r.error} for r in results]}
         if (
@@ -259,18 +234,10 @@ class TerminalEnv(BaseTextEnv):
             or self.trial.agent_time_left() <= 0
         ):
             return self._finish(meta)
-        if results:
-            content = "\n".join(f"<tool_response>{r.content}</tool_response>" for r in results)
-        else:
+        if not results:
             self.format_errors += 1
             meta["error"] = "format"
-            content = (
-                "No tool call found. Call a tool like this: "
-                '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call> '
-                'or finish with <tool_call>{"name": "submit", "arguments": {}}</tool_call>'
-            )
-        left = self.max_turns - self.turns
-        content += f"\n({left} turn{'s' if left != 1 else ''} left)"
+        content = turn_observation(results, NO_TOOL_CALL, self.max_turns - self.turns)
         return BaseTextEnvStepOutput(
             observations=[{"role": "user", "content": content}], reward=0.0, done=False, metadata=meta
         )

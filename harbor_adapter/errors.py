@@ -4,12 +4,13 @@ builtin it stands for, and says how to fix the problem.
 A broken *task* (a missing file, bad TOML, an unknown key) is a developer's mistake and raises
 at load time. A *trial* that cannot produce a trustworthy reward (the image does not build, the
 container does not start, the verifier writes no reward, a NaN) raises :class:`TrialError`
-subclasses: the runtime records them and masks the episode, never turning them into reward 0.
+subclasses, which are :class:`~skyrl_gym.errors.InfrastructureError`: the runtime records them
+and masks the episode, never turning them into reward 0.
 """
 
 from __future__ import annotations
 
-from skyrl_gym.errors import ConfigError, SandboxError, SkyRLError
+from skyrl_gym.errors import ConfigError, InfrastructureError, SandboxError
 
 __all__ = [
     "HarborTaskError",
@@ -40,9 +41,10 @@ class UnsupportedTaskError(HarborTaskError):
     docker-compose services)."""
 
 
-class TrialError(SkyRLError, RuntimeError):
+class TrialError(InfrastructureError):
     """A trial could not produce a reward that can be trusted (an infrastructure or task failure,
-    never the agent's score)."""
+    never the agent's score). An :class:`~skyrl_gym.errors.InfrastructureError`: raised inside a
+    tool it passes through the tool executor and out of ``env.step``, and the episode is masked."""
 
 
 class ImageBuildError(TrialError, SandboxError):

@@ -25,7 +25,7 @@ from typing import Any
 
 from harbor_adapter.errors import ImageBuildError, TrialTimeoutError
 from harbor_adapter.types import HarborTask
-from skyrl_gym.sandbox._dockerlib import docker_client, docker_module
+from skyrl_gym.sandbox._dockerlib import docker_client, docker_module, find_image
 
 __all__ = [
     "context_hash",
@@ -66,14 +66,6 @@ def image_tag(task: HarborTask) -> str:
     return f"{IMAGE_REPO}/{name[:100]}:{context_hash(task)[:16]}"
 
 
-def _image_exists(client: Any, ref: str) -> bool:
-    try:
-        client.images.get(ref)
-        return True
-    except docker_module().errors.ImageNotFound:
-        return False
-
-
 def _lock_for(tag: str) -> threading.Lock:
     with _thread_locks_guard:
         return _thread_locks.setdefault(tag, threading.Lock())
@@ -91,13 +83,13 @@ def ensure_image(task: HarborTask, *, deadline_s: float | None = None) -> tuple[
     client = docker_client()
     tag = image_tag(task)
     if task.config.environment.docker_image:
-        if not _image_exists(client, tag):
+        if find_image(client, tag) is None:
             raise ImageBuildError(
                 f"task {task.name!r}: image {tag!r} is not on this machine and no registry is pulled; "
                 "build or load it first, or give the task an environment/Dockerfile"
             )
         return tag, False, time.monotonic() - start
-    if _image_exists(client, tag):
+    if find_image(client, tag) is not None:
         return tag, False, time.monotonic() - start
     _check_bases(client, task)
     lock = _lock_for(tag)
@@ -118,7 +110,7 @@ def ensure_image(task: HarborTask, *, deadline_s: float | None = None) -> tuple[
                             f"task {task.name!r}: waited {budget:.0f} s for another process's build of {tag}"
                         ) from None
                     time.sleep(0.2)
-            if _image_exists(client, tag):
+            if find_image(client, tag) is not None:
                 return tag, False, time.monotonic() - start
             _build(task, tag, budget - (time.monotonic() - start))
     finally:
@@ -152,7 +144,7 @@ def _check_bases(client: Any, task: HarborTask) -> None:
     registry (no network here; ``SKYRL_HARBOR_ALLOW_PULL=1`` allows it where there is one)."""
     if os.environ.get("SKYRL_HARBOR_ALLOW_PULL") == "1" or task.dockerfile is None:
         return
-    missing = [ref for ref in base_images(task.dockerfile.read_text()) if not _image_exists(client, ref)]
+    missing = [ref for ref in base_images(task.dockerfile.read_text()) if find_image(client, ref) is None]
     if missing:
         raise ImageBuildError(
             f"task {task.name!r}: base image(s) {missing} not on this machine. FROM must name a local "
@@ -219,7 +211,7 @@ def _build(task: HarborTask, tag: str, budget: float) -> None:
     thread.join(5)
     api.close()
     tail = "".join(log)[-3000:]
-    if error or not _image_exists(docker_client(), tag):
+    if error or find_image(docker_client(), tag) is None:
         hint = ""
         if any("pull access denied" in e or "not found" in e.lower() for e in error):
             hint = (

@@ -24,25 +24,17 @@ from __future__ import annotations
 import contextlib
 import io
 import tarfile
-import threading
 import time
-from dataclasses import replace
-from typing import Any
 
 from harbor_adapter.errors import RewardError, TrialError, TrialTimeoutError
 from harbor_adapter.images import ensure_image, image_workdir
 from harbor_adapter.reward import REWARD_JSON, REWARD_TXT, VERIFIER_DIR, parse_reward
 from harbor_adapter.types import HarborTask, TrialSettings, VerifierResult
-from skyrl_gym.errors import SandboxError
+from skyrl_gym.errors import SandboxError, SandboxTimeoutError
+from skyrl_gym.sandbox import make_sandbox
 from skyrl_gym.sandbox._dockerlib import docker_module
 from skyrl_gym.sandbox.docker import DockerSandbox
-from skyrl_gym.sandbox.types import (
-    DockerProfile,
-    DockerSandboxConfig,
-    ExecResult,
-    MiB,
-    SandboxLimits,
-)
+from skyrl_gym.sandbox.types import DockerProfile, ExecResult, MiB, SandboxLimits, SandboxSpec
 
 __all__ = ["Trial", "TESTS_DIR"]
 
@@ -127,18 +119,27 @@ class Trial:
         self.image, _, self.build_seconds = ensure_image(self.task, deadline_s=self.settings.build_timeout_s)
         self.workdir = env.workdir or image_workdir(self.image)
         agent_user = self.task.config.agent.user
-        config = DockerSandboxConfig(
+        spec = SandboxSpec(
+            "docker",
+            self.limits(),
             image=self.image,
             profile=DockerProfile.TASK,
-            limits=self.limits(),
             network=env.network,
             workdir=self.workdir,
             env={"HOME": "/root", **env.env},
             user=None if agent_user is None else str(agent_user),
             labels={"harbor.task": self.task.name},
+            name_prefix="skyrl-harbor",
+            start_timeout_s=self.settings.start_timeout_s,
         )
         t0 = time.monotonic()
-        sandbox = _start_with_deadline(config, self.settings.start_timeout_s, self.task.name)
+        try:
+            sandbox = make_sandbox(spec)
+        except SandboxTimeoutError as exc:
+            raise TrialTimeoutError(
+                f"task {self.task.name!r}: starting the container took longer than {spec.start_timeout_s:g} s"
+            ) from exc
+        assert isinstance(sandbox, DockerSandbox)
         if self._closed:  # closed from another thread while the container started
             sandbox.close()
             raise TrialError("the trial was closed while its container started")
@@ -181,14 +182,6 @@ class Trial:
         limit = min(self.settings.command_timeout_s, left, timeout or float("inf"))
         self.commands += 1
         return box.exec(["/bin/sh", "-c", _SHELL, "agent-command", command], timeout=max(limit, 0.1))
-
-    def read_file(self, path: str, max_bytes: int) -> bytes:
-        """Read a file in the container as the agent would (relative to the working directory)."""
-        return self._box().read_file(path, max_bytes=max_bytes)
-
-    def write_file(self, path: str, content: str) -> None:
-        """Write a file in the container as the agent would."""
-        self._box().write_file(path, content)
 
     def end_agent_phase(self) -> None:
         """Stop the agent's clock (idempotent)."""
@@ -299,37 +292,3 @@ def _daemon_read(box: DockerSandbox, path: str) -> bytes | None:
         raise RewardError(f"{path} is {member.size} bytes, more than {_READ_MAX}")
     data = tar.extractfile(member)
     return data.read() if data is not None else b""
-
-
-def _start_with_deadline(config: DockerSandboxConfig, timeout_s: float, task: str) -> DockerSandbox:
-    """Create and start the container in a thread; past ``timeout_s`` give up (and remove the
-    container when the late start finishes)."""
-    box: list[Any] = []
-    err: list[BaseException] = []
-    abandoned = threading.Event()
-    lock = threading.Lock()
-
-    def work() -> None:
-        try:
-            sb = DockerSandbox(replace(config), name_prefix="skyrl-harbor")
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            err.append(exc)
-            return
-        with lock:
-            if not abandoned.is_set():
-                box.append(sb)
-                return
-        sb.close()
-
-    thread = threading.Thread(target=work, name=f"harbor-start-{task}", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    with lock:
-        late = thread.is_alive() and not box and not err
-        if late:
-            abandoned.set()
-    if late:
-        raise TrialTimeoutError(f"task {task!r}: starting the container took longer than {timeout_s:g} s")
-    if err:
-        raise err[0]
-    return box[0]

@@ -6,6 +6,8 @@ problem. Every error pickles (it crosses process and Ray boundaries).
 
 These are for *developer* mistakes and infrastructure failures. A *model's* mistake (bad JSON,
 an unknown tool, a SQL error) is never raised out of ``env.step``: it becomes an observation.
+An infrastructure failure is an :class:`InfrastructureError`: it passes through the tool
+executor and out of ``env.step``, and the runtime masks the episode (never a reward of 0).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "SandboxError",
     "SandboxTimeoutError",
     "EnvContractError",
+    "InfrastructureError",
     "did_you_mean",
 ]
 
@@ -83,8 +86,26 @@ class EnvContractError(SkyRLError, AssertionError):
     """An environment breaks the ``BaseTextEnv`` contract (raised by ``check_env``)."""
 
 
-class SandboxError(SkyRLError, RuntimeError):
-    """A sandbox could not be created, used or cleaned up (an infrastructure failure)."""
+class InfrastructureError(SkyRLError, RuntimeError):
+    """Something the episode depends on failed, not the model: the Docker daemon or a sandbox, a
+    task's verifier, a retrieval server, a judge or a policy server (after retries where they
+    apply).
+
+    The marker of the project's rule "a model's mistake is an observation; an infrastructure
+    failure masks the episode". The tool executor re-raises these instead of turning them into
+    a ``tool_error`` observation, so they leave ``env.step``; the runtime then records the
+    episode as failed and masks it, never scoring it 0. No side channel is needed: a tool just
+    lets the error raise. Subclass it for a new kind of infrastructure failure; raise anything
+    else for what the model can fix (the executor shows that to the model)."""
+
+
+class SandboxError(InfrastructureError):
+    """A sandbox could not be created, used or cleaned up (an infrastructure failure).
+
+    The sandbox's answers about a path (:class:`~skyrl_gym.sandbox.SandboxPathError`: no such
+    file, not a regular file, too large, a write refused) are subclasses too: a tool that got
+    the path from the model turns them into the model's error (as
+    :class:`~skyrl_gym.sandbox.TerminalTools` does); uncaught, they mask the episode."""
 
 
 class SandboxTimeoutError(SandboxError, TimeoutError):

@@ -18,6 +18,7 @@ from skyrl_gym import errors
         errors.EnvContractError("broken"),
         errors.SandboxError("boom"),
         errors.SandboxTimeoutError("slow"),
+        errors.InfrastructureError("down"),
     ],
 )
 def test_errors_pickle_and_share_the_root(exc):
@@ -46,3 +47,32 @@ def test_missing_dependency_names_the_extra():
 def test_did_you_mean():
     assert errors.did_you_mean("text2slq", ["text2sql", "gsm8k"]) == " Did you mean 'text2sql'?"
     assert errors.did_you_mean("zzzzzz", ["text2sql"]) == ""
+
+
+def test_infrastructure_errors_share_one_marker():
+    from harbor_adapter.errors import ImageBuildError, RewardError, TrialError, TrialTimeoutError
+    from skyrl_agent.policies.retry import PolicyError, PolicyHTTPError
+    from skyrl_gym.envs.judge import JudgeError, LLMCallError, SimulatedUserError
+    from skyrl_gym.envs.search import RetrievalError
+    from skyrl_gym.sandbox import SandboxFileNotFoundError, SandboxPathError
+
+    infra = [
+        errors.SandboxError,
+        errors.SandboxTimeoutError,
+        SandboxPathError,
+        RetrievalError,
+        LLMCallError,
+        JudgeError,
+        SimulatedUserError,
+        TrialError,
+        ImageBuildError,
+        TrialTimeoutError,
+        RewardError,
+        PolicyError,
+        PolicyHTTPError,
+    ]
+    for cls in infra:
+        assert issubclass(cls, errors.InfrastructureError) and issubclass(cls, RuntimeError), cls
+    assert issubclass(SandboxFileNotFoundError, FileNotFoundError)
+    for cls in (errors.ConfigError, errors.ToolDefinitionError, errors.MissingDependencyError):
+        assert not issubclass(cls, errors.InfrastructureError), cls

@@ -10,13 +10,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from skyrl_gym.errors import SkyRLError
+from skyrl_gym.errors import InfrastructureError
 
 __all__ = ["RetryPolicy", "PolicyError", "PolicyHTTPError", "is_retryable_status"]
 
 
-class PolicyError(SkyRLError, RuntimeError):
-    """A policy could not produce a generation (after retries, where they apply)."""
+class PolicyError(InfrastructureError):
+    """A policy could not produce a generation (after retries, where they apply): an
+    infrastructure failure, so a policy called from inside a tool (a sub-agent) masks the
+    episode instead of showing the model an error."""
 
 
 class PolicyHTTPError(PolicyError):

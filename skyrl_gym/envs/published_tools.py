@@ -209,8 +209,8 @@ class PythonCodeExecutorToolGroup(ToolGroup):
     def sandbox(self) -> Sandbox:
         """The sandbox programs run in (made on first use when none was given)."""
         if self._sandbox is None:
-            from skyrl_gym.sandbox.local import LocalSandbox
-            from skyrl_gym.sandbox.types import GiB, MiB, SandboxLimits
+            from skyrl_gym.sandbox import make_sandbox
+            from skyrl_gym.sandbox.types import GiB, MiB, SandboxLimits, SandboxSpec
 
             limits = SandboxLimits(
                 timeout_s=float(self.timeout),
@@ -220,7 +220,7 @@ class PythonCodeExecutorToolGroup(ToolGroup):
                 output_bytes=256 * 1024,
                 file_size_bytes=64 * MiB,
             )
-            self._sandbox = LocalSandbox(limits=limits)
+            self._sandbox = make_sandbox(SandboxSpec("local", limits))
         return self._sandbox
 
     def close(self) -> None:

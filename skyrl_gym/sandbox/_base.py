@@ -15,7 +15,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from skyrl_gym.errors import SandboxError
-from skyrl_gym.sandbox.types import Command, ExecResult, SandboxFileNotFoundError
+from skyrl_gym.sandbox.types import (
+    Command,
+    ExecResult,
+    SandboxFileNotFoundError,
+    SandboxFileTooLargeError,
+    SandboxNotAFileError,
+    SandboxPathError,
+)
 
 __all__ = [
     "BaseSandbox",
@@ -120,11 +127,12 @@ class BaseSandbox:
         if rc == 44:
             raise SandboxFileNotFoundError(f"no file {p!r} in {self!r}")
         if rc == 45:
-            raise SandboxError(f"{p!r} in {self!r} is not a regular file")
-        if rc != 0:
-            raise SandboxError(f"reading {p!r} in {self!r} failed (exit {rc}): {msg}")
+            raise SandboxNotAFileError(f"{p!r} in {self!r} is not a regular file")
+        if rc != 0:  # no exit code at all: the sandbox itself failed, not the path
+            error = SandboxError if rc is None else SandboxPathError
+            raise error(f"reading {p!r} in {self!r} failed (exit {rc}): {msg}")
         if out.overflow:
-            raise SandboxError(f"{p!r} is {out.total} bytes, more than max_bytes={limit}")
+            raise SandboxFileTooLargeError(f"{p!r} is {out.total} bytes, more than max_bytes={limit}")
         return out.buf.getvalue()
 
     def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None:
@@ -138,8 +146,9 @@ class BaseSandbox:
             stdin=payload,
             out=Sink(4096),
         )
-        if rc != 0:
-            raise SandboxError(f"writing {p!r} in {self!r} failed (exit {rc}): {msg}")
+        if rc != 0:  # the sandbox refused the path (read-only, a directory there...), or failed
+            error = SandboxError if rc is None else SandboxPathError
+            raise error(f"writing {p!r} in {self!r} failed (exit {rc}): {msg}")
 
     def upload(self, local_dir: str | os.PathLike[str], remote_dir: str) -> None:
         """Copy the contents of a local directory into ``remote_dir`` (created if missing)."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from skyrl_gym.errors import MissingDependencyError, SandboxError
 
-__all__ = ["docker_module", "docker_client"]
+__all__ = ["docker_module", "docker_client", "find_image"]
 
 _lock = threading.Lock()
 _client: Any = None
@@ -44,3 +44,11 @@ def docker_client() -> Any:
             ) from exc
         _client, _client_pid = client, os.getpid()
         return client
+
+
+def find_image(client: Any, ref: str) -> Any | None:
+    """The image ``ref`` on this machine, or None when there is none."""
+    try:
+        return client.images.get(ref)
+    except docker_module().errors.ImageNotFound:
+        return None

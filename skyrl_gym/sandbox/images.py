@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from skyrl_gym.errors import ConfigError, SandboxError
-from skyrl_gym.sandbox._dockerlib import docker_client, docker_module
+from skyrl_gym.sandbox._dockerlib import docker_client, find_image
 
 __all__ = ["ImageRecipe", "RECIPES", "BuiltImage", "build_images", "image_tag", "default_mirror"]
 
@@ -116,20 +116,13 @@ def image_tag(recipe: str | ImageRecipe, mirror: str | None = None) -> str:
     return f"{r.name}:{r.content_hash(mirror or default_mirror())[:16]}"
 
 
-def _exists(client: object, ref: str) -> object | None:
-    try:
-        return client.images.get(ref)  # type: ignore[attr-defined]
-    except docker_module().errors.ImageNotFound:
-        return None
-
-
 def _tag_aliases(
     client: object, image: object, recipe: ImageRecipe, log: Callable[[str], None]
 ) -> tuple[str, ...]:
     done = [f"{recipe.name}:latest"]
     image.tag(recipe.name, "latest")  # type: ignore[attr-defined]
     for alias in recipe.aliases:
-        current = _exists(client, alias)
+        current = find_image(client, alias)
         labels = (current.labels if current is not None else None) or {}  # type: ignore[attr-defined]
         if current is not None and LABEL_RECIPE not in labels:
             log(f"  keeping {alias}: an image of that name exists and was not built here")
@@ -208,7 +201,7 @@ def build_images(
             recipe = RECIPES[key]
             tag = image_tag(recipe, mirror)
             start = time.monotonic()
-            image = None if force else _exists(client, tag)
+            image = None if force else find_image(client, tag)
             built = image is None
             if built:
                 if shutil.which("debootstrap") is None:

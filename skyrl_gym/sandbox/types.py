@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from skyrl_gym.errors import ConfigError, SandboxError
 
@@ -27,7 +27,12 @@ __all__ = [
     "AsyncSandbox",
     "DockerProfile",
     "DockerSandboxConfig",
+    "SandboxPathError",
     "SandboxFileNotFoundError",
+    "SandboxNotAFileError",
+    "SandboxFileTooLargeError",
+    "SandboxSpec",
+    "SandboxKind",
     "Command",
     "LocalIsolation",
     "LocalSandboxConfig",
@@ -39,9 +44,29 @@ GiB = 1024 * MiB
 #: A command: a shell string (run with ``/bin/sh -c``) or an argument vector (run as is).
 Command = str | Sequence[str]
 
+#: Where a sandbox runs: local processes, or a Docker container.
+SandboxKind = Literal["local", "docker"]
 
-class SandboxFileNotFoundError(SandboxError, FileNotFoundError):
+
+class SandboxPathError(SandboxError):
+    """The sandbox works, but refused a file operation because of the path or the file: it does
+    not exist, is not a regular file, is too large, or could not be written there.
+
+    A :class:`SandboxError`, so uncaught it masks the episode; a tool that got the path from the
+    model catches it and raises the model's error instead (see
+    :class:`~skyrl_gym.sandbox.TerminalTools`)."""
+
+
+class SandboxFileNotFoundError(SandboxPathError, FileNotFoundError):
     """A file or directory asked for does not exist inside the sandbox."""
+
+
+class SandboxNotAFileError(SandboxPathError):
+    """``read_file`` was asked for something that is not a regular file (a directory...)."""
+
+
+class SandboxFileTooLargeError(SandboxPathError):
+    """A file is larger than the ``max_bytes`` the caller allowed."""
 
 
 @dataclass(frozen=True)
@@ -338,3 +363,75 @@ class LocalSandboxConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "isolation", LocalIsolation(self.isolation))
         object.__setattr__(self, "ro_paths", tuple(self.ro_paths))
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Which sandbox an env gets and how; :func:`~skyrl_gym.sandbox.make_sandbox` builds it.
+
+    An env derives one from its config (the kind, limits and image are the env's, never the
+    model's). Pickles; the sandbox is built from it, never stored in it. The Docker-only fields
+    are ignored for ``kind="local"``.
+    """
+
+    kind: SandboxKind = "local"
+    """``"local"``: a :class:`~skyrl_gym.sandbox.LocalSandbox`; ``"docker"``: a container."""
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    """Resource limits."""
+    image: str = "skyrl-sandbox/python:latest"
+    """Docker: the image to run (``skyrl sandbox build-images`` builds the default offline)."""
+    profile: DockerProfile = DockerProfile.STRICT
+    """Docker: ``strict`` for model-written code, ``task`` for task containers (Harbor, SWE)."""
+    pool_size: int = 0
+    """Docker: > 0 leases the container from a process-wide warm pool of this size, shared by
+    every spec with the same container settings; closing the sandbox gives it back. 0 starts a
+    fresh container."""
+    workdir: str | None = None
+    """Docker: the working directory (None: ``/workspace``). Local sandboxes always get a fresh
+    directory of their own."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Environment variables of every command."""
+    network: bool = False
+    """A network (Docker: task profile only; local: under bubblewrap)."""
+    user: str | None = None
+    """Docker: the user (``"uid:gid"``); None keeps the profile's."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Docker: extra container labels."""
+    ro_paths: tuple[str, ...] = ()
+    """Local: extra host paths visible read-only under bubblewrap."""
+    name_prefix: str = "skyrl-sbx"
+    """Docker: the start of the container's name."""
+    start_timeout_s: float | None = None
+    """Docker: the container must be up within this many seconds, else
+    :class:`~skyrl_gym.errors.SandboxTimeoutError` (a late container is removed when it comes
+    up). None: no deadline."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("local", "docker"):
+            raise ConfigError(f"unknown sandbox {self.kind!r}; use 'local' or 'docker'")
+        object.__setattr__(self, "profile", DockerProfile(self.profile))
+        object.__setattr__(self, "ro_paths", tuple(self.ro_paths))
+        if self.pool_size < 0 or (self.pool_size and self.kind != "docker"):
+            raise ConfigError(f"pool_size={self.pool_size} needs kind='docker' and must be >= 0")
+        if self.start_timeout_s is not None and not self.start_timeout_s > 0:
+            raise ConfigError(f"start_timeout_s must be > 0 or None, got {self.start_timeout_s!r}")
+
+    def docker_config(self) -> DockerSandboxConfig:
+        """The :class:`DockerSandboxConfig` of a ``docker`` spec."""
+        extra = {} if self.workdir is None else {"workdir": self.workdir}
+        return DockerSandboxConfig(
+            image=self.image,
+            profile=self.profile,
+            limits=self.limits,
+            network=self.network,
+            env=dict(self.env),
+            user=self.user,
+            labels=dict(self.labels),
+            **extra,
+        )
+
+    def local_config(self) -> LocalSandboxConfig:
+        """The :class:`LocalSandboxConfig` of a ``local`` spec."""
+        return LocalSandboxConfig(
+            limits=self.limits, network=self.network, ro_paths=self.ro_paths, env=dict(self.env)
+        )

@@ -1,4 +1,4 @@
-"""Run a model's tool calls and turn every outcome, good or bad, into an observation.
+"""Run a model's tool calls and turn every outcome the model caused, good or bad, into an observation.
 
 ::
 
@@ -12,6 +12,18 @@ and a message written for the model: ``parse_error`` (the parser's explanation a
 format), ``unknown_tool`` (with "did you mean" and the list of tools), ``invalid_arguments``
 (what is missing or mistyped, and the expected parameters), ``tool_error`` (the exception the
 tool raised), ``timeout`` (the deadline that ran out).
+
+Infrastructure failures are not the model's doing and never become observations: an
+:class:`~skyrl_gym.errors.InfrastructureError` that a tool raises (a
+:class:`~skyrl_gym.errors.SandboxError` when the Docker daemon or the sandbox is gone, a
+retrieval server or a judge that failed after its retries, a Harbor trial that broke) is
+re-raised by :meth:`ToolExecutor.execute` and :meth:`ToolExecutor.aexecute` as it is, so it
+leaves ``env.step`` and the runtime masks the episode (never a reward of 0). Every other
+exception a tool raises is the model's to see, as a ``tool_error`` result. A tool therefore
+needs no side channel for a broken sandbox: it lets the error raise. (A tool that hands the
+model's path to a sandbox turns the sandbox's path errors,
+:class:`~skyrl_gym.sandbox.SandboxPathError`, into the model's error; see
+:class:`~skyrl_gym.sandbox.TerminalTools`.)
 
 Deadlines come from the tool (``@tool(timeout=...)``) or else from the executor, never from the
 model. A sync tool with a deadline runs in a worker thread, and Python cannot kill a thread: a
@@ -30,7 +42,7 @@ from typing import Any
 
 import pydantic
 
-from skyrl_gym.errors import ConfigError, ToolDefinitionError, did_you_mean
+from skyrl_gym.errors import ConfigError, InfrastructureError, ToolDefinitionError, did_you_mean
 from skyrl_gym.tools import _run
 from skyrl_gym.tools._schema import ArgumentsError, describe_parameters
 from skyrl_gym.tools.core import Tool, ToolGroup
@@ -117,7 +129,8 @@ def _exception_text(exc: BaseException | None) -> str:
 
 
 class ToolExecutor:
-    """Runs tool calls against a fixed set of tools, turning every outcome into a ``ToolResult``.
+    """Runs tool calls against a fixed set of tools, turning every outcome into a ``ToolResult``
+    (except an :class:`~skyrl_gym.errors.InfrastructureError`, which it re-raises).
 
     Args:
         tools: Tool groups, ``@tool`` functions, or both. Tool names must be unique.
@@ -181,12 +194,17 @@ class ToolExecutor:
         calls: ParseResult | Iterable[ToolCall | ParseError] | ToolCall,
         context: ToolContext | None = None,
     ) -> list[ToolResult]:
-        """Run the calls one after another, in turn order; one result per call or parse error."""
+        """Run the calls one after another, in turn order; one result per call or parse error.
+
+        Raises the :class:`~skyrl_gym.errors.InfrastructureError` a tool raised (the calls after
+        it are not run); nothing else raises."""
         items, overflow = self._split(calls)
         results = []
         for item in items:
             try:
                 results.append(self._execute_one(item, context))
+            except InfrastructureError:
+                raise
             except Exception as exc:  # noqa: BLE001 - last line of defence: never raise
                 results.append(self._internal_error(item, exc))
         return results + overflow
@@ -210,12 +228,15 @@ class ToolExecutor:
         context: ToolContext | None = None,
     ) -> list[ToolResult]:
         """Async :meth:`execute`: async tools are awaited (cancelled at the deadline), sync tools
-        with a deadline run in a worker thread so the event loop is never blocked."""
+        with a deadline run in a worker thread so the event loop is never blocked. Raises an
+        :class:`~skyrl_gym.errors.InfrastructureError` as :meth:`execute` does."""
         items, overflow = self._split(calls)
         results = []
         for item in items:
             try:
                 results.append(await self._aexecute_one(item, context))
+            except InfrastructureError:
+                raise
             except Exception as exc:  # noqa: BLE001
                 results.append(self._internal_error(item, exc))
         return results + overflow
@@ -296,6 +317,8 @@ class ToolExecutor:
             )
             return self._result(item.id, tool.name, msg, ErrorKind.TIMEOUT, duration_s=duration)
         if outcome.status == "error":
+            if isinstance(outcome.exception, InfrastructureError):
+                raise outcome.exception  # not the model's doing: out of env.step, the episode is masked
             msg = f"Tool {tool.name!r} failed: {_exception_text(outcome.exception)}"
             return self._result(item.id, tool.name, msg, ErrorKind.TOOL_ERROR, duration_s=duration)
         return self._result(
@@ -340,7 +363,8 @@ def call_tools(
     """Parse ``action`` with ``parser`` (a registered name or a parser) and run the calls.
 
     Returns one result per call or broken call (empty when the turn has none). Raises only for
-    the developer's mistakes (an unknown parser name, duplicate tool names)."""
+    the developer's mistakes (an unknown parser name, duplicate tool names) and for the
+    :class:`~skyrl_gym.errors.InfrastructureError` a tool raised."""
     executor = ToolExecutor(
         tools, timeout=timeout, max_observation_chars=max_observation_chars, max_calls=max_calls
     )

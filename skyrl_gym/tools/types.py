@@ -31,7 +31,14 @@ EnvT = TypeVar("EnvT")
 
 
 class ErrorKind(StrEnum):
-    """Why a tool call did not produce a normal result (all are the model's doing or the tool's)."""
+    """Why a tool call did not produce a normal result: each is the model's doing (or the tool's
+    answer to it), and the model sees it as an observation.
+
+    There is no kind for infrastructure failures: an
+    :class:`~skyrl_gym.errors.InfrastructureError` raised by a tool (the sandbox or the Docker
+    daemon gone, a retrieval server or judge down after retries) is re-raised by the executor
+    and out of ``env.step``, and the runtime masks the episode instead of showing it to the
+    model or scoring it 0."""
 
     PARSE_ERROR = "parse_error"
     """The text looked like a tool call but could not be read (bad JSON, unclosed tag...)."""
@@ -40,7 +47,7 @@ class ErrorKind(StrEnum):
     INVALID_ARGUMENTS = "invalid_arguments"
     """The arguments are missing, unexpected, or of the wrong type for the tool's schema."""
     TOOL_ERROR = "tool_error"
-    """The tool ran and raised an exception."""
+    """The tool ran and raised an exception (any but an ``InfrastructureError``)."""
     TIMEOUT = "timeout"
     """The tool did not finish within its deadline."""
     TOO_MANY_CALLS = "too_many_calls"

@@ -109,8 +109,8 @@ def test_docker_program_has_no_network_and_no_expected_outputs(image):
 
 
 def test_pooled_containers_are_reused_and_reset_between_episodes(image):
-    from skyrl_gym.envs.code import close_shared_pools, sandbox_limits
-    from skyrl_gym.envs.code._pools import shared_pool
+    from skyrl_gym.envs.code import close_shared_pools, sandbox_spec
+    from skyrl_gym.sandbox import PooledSandbox, shared_pool
 
     row = next(r for r in load_bundled_rows("train", env_class="code_multi_turn") if r["id"] == "gcd-lcm")
     config = {"sandbox": "docker", "image": image, "pool_size": 1}
@@ -119,11 +119,12 @@ def test_pooled_containers_are_reused_and_reset_between_episodes(image):
     try:
         env = skyrl_gym.make("code_multi_turn", env_config=config, extras={"reward_spec": row["reward_spec"]})
         # warm the shared pool first, so the first episode leases the pool's own container
-        shared_pool(image, sandbox_limits(env.config), 1).wait_warm(1, timeout=60)
+        shared_pool(sandbox_spec(env.config).docker_config(), 1).wait_warm(1, timeout=60)
         env.step(f"<tool_call>{call}</tool_call>")
+        assert isinstance(env._sandbox, PooledSandbox)
         first = env._sandbox.name
         assert "planted.txt" in env.step(f"<tool_call>{peek}</tool_call>").observations[0]["content"]
-        pool = env._pool
+        pool = env._sandbox.pool
         env.close()
         pool.wait_warm(1, timeout=60)  # the reset runs in the background
         env = skyrl_gym.make("code_multi_turn", env_config=config, extras={"reward_spec": row["reward_spec"]})

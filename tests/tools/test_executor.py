@@ -9,7 +9,7 @@ import pytest
 
 import skyrl_gym
 from skyrl_gym import BaseTextEnv, BaseTextEnvStepOutput
-from skyrl_gym.errors import ConfigError, ToolDefinitionError
+from skyrl_gym.errors import ConfigError, InfrastructureError, SandboxError, ToolDefinitionError
 from skyrl_gym.tools import (
     ErrorKind,
     ParseError,
@@ -145,6 +145,74 @@ def test_a_tool_that_calls_exit_is_a_tool_error():
 
     (r,) = ToolExecutor([quit_now]).execute(ToolCall(name="quit_now"))
     assert r.error is ErrorKind.TOOL_ERROR and "SystemExit: 3" in r.content
+
+
+class Broken(ToolGroup):
+    """Tools whose infrastructure fails, and one whose user errs."""
+
+    def __init__(self) -> None:
+        super().__init__(name="broken")
+        self.ran: list[str] = []
+
+    @tool(timeout=None)
+    def inline(self) -> str:
+        """Fail on the caller's thread."""
+        self.ran.append("inline")
+        raise SandboxError("sandbox container x is gone (killed or reaped)")
+
+    @tool(timeout=5)
+    def threaded(self) -> str:
+        """Fail in a worker thread (a tool with a deadline)."""
+        self.ran.append("threaded")
+        raise InfrastructureError("the retrieval server is down")
+
+    @tool(timeout=5)
+    async def coroutine(self) -> str:
+        """Fail as a coroutine."""
+        self.ran.append("coroutine")
+        raise SandboxError("the Docker daemon went away")
+
+    @tool
+    def mistake(self) -> str:
+        """A file the model named is missing: its error to see."""
+        self.ran.append("mistake")
+        raise FileNotFoundError("no file 'x'")
+
+
+@pytest.mark.parametrize("name", ["inline", "threaded", "coroutine"])
+def test_an_infrastructure_error_raises_through_execute_and_aexecute(name):
+    group = Broken()
+    turn = hermes('{"name": "mistake", "arguments": {}}', f'{{"name": "{name}", "arguments": {{}}}}')
+    turn += hermes('{"name": "mistake", "arguments": {}}')
+    with pytest.raises(InfrastructureError) as info:
+        call_tools([group], turn)
+    assert type(info.value) is (InfrastructureError if name == "threaded" else SandboxError)
+    assert group.ran == ["mistake", name]  # the calls after it did not run
+    group.ran.clear()
+    with pytest.raises(InfrastructureError):
+        asyncio.run(acall_tools([group], turn))
+    assert group.ran == ["mistake", name]
+    (r,) = call_tools([group], hermes('{"name": "mistake", "arguments": {}}'))
+    assert (
+        r.error is ErrorKind.TOOL_ERROR
+        and r.content == "Tool 'mistake' failed: FileNotFoundError: no file 'x'"
+    )
+
+
+def test_an_infrastructure_error_raises_out_of_env_step():
+    class Env(BaseTextEnv):
+        def __init__(self) -> None:
+            super().__init__()
+            self.init_tool_groups([Broken()])
+
+        def step(self, action: str) -> BaseTextEnvStepOutput:
+            results = self.call_tools(action, timeout=None)
+            return BaseTextEnvStepOutput(
+                observations=[r.to_message() for r in results], reward=0.0, done=False
+            )
+
+    with pytest.raises(SandboxError, match="gone"):
+        Env().step(hermes('{"name": "inline", "arguments": {}}'))
 
 
 def test_sync_tool_times_out_within_deadline_plus_margin(calc):

@@ -4,15 +4,14 @@ Programs run in a sandbox (:mod:`skyrl_gym.sandbox`, local by default, Docker op
 tests stay on the host. See :mod:`skyrl_gym.envs.code.env`.
 """
 
-from skyrl_gym.envs.code._pools import close_shared_pools
 from skyrl_gym.envs.code.data import build_prompt, load_bundled_problems, load_bundled_rows, reference_of
 from skyrl_gym.envs.code.env import (
     CodeEnv,
     CodeMultiTurnEnv,
     CodeTools,
     make_config,
-    make_sandbox,
     sandbox_limits,
+    sandbox_spec,
 )
 from skyrl_gym.envs.code.grader import grade, outputs_match, values_match
 from skyrl_gym.envs.code.parsing import extract_code, parse_tests
@@ -25,6 +24,7 @@ from skyrl_gym.envs.code.types import (
     TestKind,
     TestResult,
 )
+from skyrl_gym.sandbox import close_shared_pools
 
 __all__ = [
     "CodeEnv",
@@ -44,10 +44,10 @@ __all__ = [
     "load_bundled_problems",
     "load_bundled_rows",
     "make_config",
-    "make_sandbox",
     "outputs_match",
     "parse_tests",
     "reference_of",
     "sandbox_limits",
+    "sandbox_spec",
     "values_match",
 ]

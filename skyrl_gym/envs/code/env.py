@@ -14,7 +14,8 @@ The episode ends on the final answer (a turn with a fenced block and no tool cal
 ``max_turns`` (default 4).
 
 The sandbox (``env_config["sandbox"]``: ``"local"``, the default, or ``"docker"`` for a strict
-container of ``skyrl-sandbox/python``) is made at the first run and closed by ``close()``
+container of ``skyrl-sandbox/python``) is made at the first run by
+:func:`~skyrl_gym.sandbox.make_sandbox` from :func:`sandbox_spec` and closed by ``close()``
 (``pool_size > 0``: leased from a shared warm Docker pool and given back). The model's mistakes
 (no block, syntax errors, crashes, timeouts, floods of output) are metadata and reward 0; a
 sandbox failure (``SandboxError``: the Docker daemon gone) raises out of ``step`` so that the
@@ -34,12 +35,13 @@ from skyrl_gym.envs.code.grader import grade, not_compiled
 from skyrl_gym.envs.code.parsing import extract_code, parse_tests
 from skyrl_gym.envs.code.types import CodeEnvConfig, GradeReport
 from skyrl_gym.errors import ConfigError
+from skyrl_gym.sandbox import make_sandbox
 from skyrl_gym.sandbox.python_tool import format_result, run_python
-from skyrl_gym.sandbox.types import MiB, Sandbox, SandboxLimits
+from skyrl_gym.sandbox.types import MiB, Sandbox, SandboxLimits, SandboxSpec
 from skyrl_gym.tools import ToolGroup, tool
 from skyrl_gym.types import BaseTextEnvStepOutput, EnvExample
 
-__all__ = ["CodeEnv", "CodeMultiTurnEnv", "CodeTools", "make_config", "make_sandbox", "sandbox_limits"]
+__all__ = ["CodeEnv", "CodeMultiTurnEnv", "CodeTools", "make_config", "sandbox_spec", "sandbox_limits"]
 
 
 def make_config(env_config: Any, extras: Any = None) -> CodeEnvConfig:
@@ -71,19 +73,10 @@ def sandbox_limits(config: CodeEnvConfig) -> SandboxLimits:
     )
 
 
-def make_sandbox(config: CodeEnvConfig) -> Sandbox:
-    """A fresh sandbox for one episode, with limits from ``config``."""
-    limits = sandbox_limits(config)
-    if config.sandbox == "local":
-        from skyrl_gym.sandbox.local import LocalSandbox
-
-        return LocalSandbox(limits=limits)
-    if config.sandbox == "docker":
-        from skyrl_gym.sandbox.docker import DockerSandbox
-        from skyrl_gym.sandbox.types import DockerSandboxConfig
-
-        return DockerSandbox(DockerSandboxConfig(image=config.image, limits=limits))
-    raise ConfigError(f"unknown sandbox {config.sandbox!r}; use 'local' or 'docker'")
+def sandbox_spec(config: CodeEnvConfig) -> SandboxSpec:
+    """The sandbox of a code env's episode: local, or a strict container of ``config.image``
+    (leased from a shared warm pool when ``pool_size > 0``)."""
+    return SandboxSpec(config.sandbox, sandbox_limits(config), image=config.image, pool_size=config.pool_size)
 
 
 def _tests_of(extras: Any) -> list:
@@ -116,7 +109,6 @@ class CodeEnv(BaseTextEnv):
         self.tests = _tests_of(self.extras)
         self.max_turns = 1
         self._sandbox: Sandbox | None = None
-        self._pool: Any = None  # the shared SandboxPool the sandbox was leased from, if any
         self._closed = False
         self.report: GradeReport | None = None
         self.format_error = False
@@ -145,25 +137,14 @@ class CodeEnv(BaseTextEnv):
         if self._closed:
             raise ConfigError("this code env is closed; make a new one for a new episode")
         if self._sandbox is None:
-            if self.config.pool_size:
-                from skyrl_gym.envs.code._pools import shared_pool
-
-                cfg = self.config
-                self._pool = shared_pool(cfg.image, sandbox_limits(cfg), cfg.pool_size)
-                self._sandbox = self._pool.acquire()
-            else:
-                self._sandbox = make_sandbox(self.config)
+            self._sandbox = make_sandbox(sandbox_spec(self.config))
         return self._sandbox
 
     def close(self) -> None:
-        """Close the sandbox, or give it back to its pool (if one was made). Idempotent."""
+        """Close the sandbox (a pooled one goes back to its pool). Idempotent."""
         self._closed = True
         sandbox, self._sandbox = self._sandbox, None
-        if sandbox is None:
-            return
-        if self._pool is not None:
-            self._pool.release(sandbox)  # type: ignore[arg-type]
-        else:
+        if sandbox is not None:
             sandbox.close()
 
     # ------------------------------------------------------------------ grading

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from skyrl_gym.errors import ConfigError, SkyRLError
+from skyrl_gym.errors import ConfigError, InfrastructureError
 
 __all__ = [
     "JudgeConfig",
@@ -154,7 +154,7 @@ JudgeErrorKind = LLMErrorKind
 """The kinds of :class:`JudgeError` (the same as :class:`LLMErrorKind`)."""
 
 
-class LLMCallError(SkyRLError, RuntimeError):
+class LLMCallError(InfrastructureError):
     """A model call that an env depends on failed (after retries where they apply): an
     infrastructure failure. ``env.step`` raises it so that the runtime records the failure and
     masks the episode; it is never turned into a reward of 0."""

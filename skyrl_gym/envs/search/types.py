@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from skyrl_gym.config import config_items
-from skyrl_gym.errors import ConfigError, SkyRLError, did_you_mean
+from skyrl_gym.errors import ConfigError, InfrastructureError, did_you_mean
 
 __all__ = [
     "Passage",
@@ -306,10 +306,12 @@ class Retriever(Protocol):
         ...
 
 
-class RetrievalError(SkyRLError, RuntimeError):
+class RetrievalError(InfrastructureError):
     """The retrieval server failed after retries (an infrastructure failure, never a reward of 0).
 
-    ``env.step`` raises it so that the runtime records the failure and masks the episode."""
+    ``env.step`` raises it (also from inside a tool: the executor re-raises an
+    :class:`~skyrl_gym.errors.InfrastructureError`) so that the runtime records the failure and
+    masks the episode."""
 
     def __init__(self, message: str, attempts: int = 0, last_status: int | None = None) -> None:
         super().__init__(message)

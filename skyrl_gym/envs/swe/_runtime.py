@@ -26,13 +26,15 @@ import re
 import shutil
 import tarfile
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from skyrl_gym.envs.swe._repo import RepoSource, cache_dir
 from skyrl_gym.envs.swe.types import SWEEnvConfig, SWEInstance
 from skyrl_gym.errors import MissingDependencyError, SandboxError
-from skyrl_gym.sandbox.types import MiB, Sandbox, SandboxLimits
+from skyrl_gym.sandbox import make_sandbox
+from skyrl_gym.sandbox.terminal import Workspace as TerminalWorkspace
+from skyrl_gym.sandbox.types import DockerProfile, MiB, SandboxLimits, SandboxSpec
 
 __all__ = ["Workspace", "open_workspace", "pytest_runtime", "instance_image", "RUNTIME_DIR", "TESTBED"]
 
@@ -133,13 +135,9 @@ def _build(client: object, tag: str, context: bytes) -> None:
 
 
 def _exists(client: object, ref: str) -> bool:
-    from skyrl_gym.sandbox._dockerlib import docker_module
+    from skyrl_gym.sandbox._dockerlib import find_image
 
-    try:
-        client.images.get(ref)  # type: ignore[attr-defined]
-        return True
-    except docker_module().errors.ImageNotFound:
-        return False
+    return find_image(client, ref) is not None
 
 
 def env_image(instance: SWEInstance, client: object) -> str:
@@ -208,27 +206,13 @@ def instance_image(instance: SWEInstance, source: RepoSource, client: object | N
 
 
 @dataclass
-class Workspace:
-    """A sandbox with the repository at ``base_commit`` in ``root`` (a git repo with one commit)."""
+class Workspace(TerminalWorkspace):
+    """A sandbox with the repository at ``base_commit`` in ``root`` (a git repo with one commit);
+    ``env`` holds the environment of commands and test runs (``PYTHONPATH`` with the pytest
+    runtime first)."""
 
-    sandbox: Sandbox
-    """The sandbox commands run in."""
-    root: str
-    """The repository's directory inside the sandbox."""
-    python: str
+    python: str = "python3"
     """The Python interpreter inside the sandbox."""
-    env: dict[str, str] = field(default_factory=dict)
-    """Environment variables of test runs (``PYTHONPATH`` with the pytest runtime first)."""
-
-    def close(self) -> None:
-        """Remove the sandbox. Idempotent."""
-        self.sandbox.close()
-
-    def __enter__(self) -> Workspace:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def limits_of(config: SWEEnvConfig) -> SandboxLimits:
@@ -248,28 +232,20 @@ def open_workspace(instance: SWEInstance, source: RepoSource, config: SWEEnvConf
     """A fresh sandbox with ``instance``'s repository at ``base_commit``."""
     limits = limits_of(config)
     if config.sandbox == "docker":
-        from skyrl_gym.sandbox.docker import DockerSandbox
-        from skyrl_gym.sandbox.types import DockerProfile, DockerSandboxConfig
-
-        image = instance_image(instance, source)
         env = {**_env_vars(TESTBED, RUNTIME_DIR), "HOME": "/root"}
-        sandbox = DockerSandbox(
-            DockerSandboxConfig(
-                image=image,
-                profile=DockerProfile.TASK,
-                limits=limits,
-                workdir=TESTBED,
-                env=env,
-                labels={"skyrl-swe.instance": instance.instance_id[:200]},
-            ),
+        spec = SandboxSpec(
+            "docker",
+            limits,
+            image=instance_image(instance, source),
+            profile=DockerProfile.TASK,
+            workdir=TESTBED,
+            env=env,
+            labels={"skyrl-swe.instance": instance.instance_id[:200]},
             name_prefix="skyrl-swe",
         )
-        return Workspace(sandbox, TESTBED, "python3", env)
-    from skyrl_gym.sandbox.local import LocalSandbox
-    from skyrl_gym.sandbox.types import LocalSandboxConfig
-
+        return Workspace(make_sandbox(spec), TESTBED, env, python="python3")
     runtime = str(pytest_runtime())
-    sandbox = LocalSandbox(LocalSandboxConfig(limits=limits, ro_paths=(runtime,), env={"HOME": "/tmp"}))
+    sandbox = make_sandbox(SandboxSpec("local", limits, ro_paths=(runtime,), env={"HOME": "/tmp"}))
     try:
         root = sandbox.workdir
         env = _env_vars(root, runtime)
@@ -287,4 +263,4 @@ def open_workspace(instance: SWEInstance, source: RepoSource, config: SWEEnvConf
         sandbox.close()
         raise
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
-    return Workspace(sandbox, root, python, env)
+    return Workspace(sandbox, root, env, python=python)

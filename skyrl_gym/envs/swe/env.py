@@ -7,19 +7,21 @@ tests) through five tools, called Hermes style::
     <tool_call>{"name": "bash", "arguments": {"command": "grep -rn merge pocketlib"}}</tool_call>
 
 ``bash`` (deadline per command), ``view`` (file with line numbers, or directory),
-``str_replace``, ``create`` and ``submit``. Observations are capped at
-``max_observation_chars`` and cut in the middle with a marker. The episode ends at ``submit``
-or at ``max_turns`` (the diff so far is graded then, unless ``grade_on_truncation`` is off).
-The final patch is the ``git diff`` of the working tree; it is graded in a fresh sandbox by
-:func:`~skyrl_gym.envs.swe.grading.grade_patch`: reward 1.0 when resolved, else 0.0, with the
-per-test results in the last step's metadata.
+``str_replace``, ``create`` and ``submit`` (:class:`~skyrl_gym.sandbox.TerminalTools`).
+Observations are capped at ``max_observation_chars`` and cut in the middle with a marker. A
+model's mistake (a missing file, an ``old_str`` that is not there) is an error observation; a
+sandbox failure raises out of ``step`` through the tool executor (a
+:class:`~skyrl_gym.errors.SandboxError`, an infrastructure failure: the episode is masked).
+The episode ends at ``submit`` or at ``max_turns`` (the diff so far is graded then, unless
+``grade_on_truncation`` is off). The final patch is the ``git diff`` of the working tree; it is
+graded in a fresh sandbox by :func:`~skyrl_gym.envs.swe.grading.grade_patch`: reward 1.0 when
+resolved, else 0.0, with the per-test results in the last step's metadata.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,12 +31,22 @@ from skyrl_gym.envs.swe._repo import RepoSource, resolve_repo
 from skyrl_gym.envs.swe._runtime import Workspace, open_workspace
 from skyrl_gym.envs.swe.grading import grade_patch
 from skyrl_gym.envs.swe.instances import bundled_instances, instance_from_row
-from skyrl_gym.envs.swe.tools import TOOL_NAMES, SWETools
 from skyrl_gym.envs.swe.types import GradeReport, SWEEnvConfig, SWEInstance
 from skyrl_gym.errors import ConfigError, SandboxError
+from skyrl_gym.sandbox.terminal import TerminalSettings, TerminalTools, turn_observation
+from skyrl_gym.sandbox.types import MiB
 from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
 
-__all__ = ["SWEEnv", "make_config", "make_prompt", "instance_of", "rollout_rows", "DIFF_CMD"]
+__all__ = ["SWEEnv", "make_config", "make_prompt", "instance_of", "rollout_rows", "DIFF_CMD", "TOOL_NAMES"]
+
+#: The agent's tools (of :class:`~skyrl_gym.sandbox.TerminalTools`), in this order.
+TOOL_NAMES = ("bash", "view", "str_replace", "create", "submit")
+#: The observation of a turn without a tool call.
+NO_TOOL_CALL = (
+    "No tool call found. Call a tool as "
+    '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>, '
+    "or call submit when you are done."
+)
 
 #: The final patch: every change of the working tree against the base commit ``$1`` (new files
 #: too, and also when the agent made commits of its own).
@@ -116,13 +128,17 @@ class SWEEnv(BaseTextEnv):
             raise ConfigError(f"max_turns must be >= 1, got {self.max_turns}")
         self.source = RepoSource(resolve_repo(self.instance, self.config.repos_dir))
         self.source.commit(self.instance.base_commit)  # fail now on a commit that is not there
-        self.init_tool_groups([SWETools(self)])
+        settings = TerminalSettings(
+            command_timeout_s=self.config.command_timeout_s,
+            max_observation_chars=self.config.max_observation_chars,
+            max_file_bytes=2 * MiB,
+        )
+        self.terminal = TerminalTools(self, tools=TOOL_NAMES, settings=settings, name="swe_tools")
+        self.init_tool_groups([self.terminal])
         self._workspace: Workspace | None = None
         self._base_rev = "HEAD"
         self._closed = False
         self.submitted = False
-        self.infra_error: SandboxError | None = None
-        self.tool_calls: Counter[str] = Counter({name: 0 for name in TOOL_NAMES})
         self.tool_errors = 0
         self.format_errors = 0
         self.patch: str | None = None
@@ -212,29 +228,20 @@ class SWEEnv(BaseTextEnv):
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         self.turns += 1
-        results = self.call_tools(action, self.config.parser, timeout=None)
-        if self.infra_error is not None:
-            error, self.infra_error = self.infra_error, None
-            raise error
+        results = self.call_tools(action, self.config.parser, timeout=None)  # SandboxError raises
         meta: dict[str, Any] = {}
         if results:
             self.tool_errors += sum(not r.ok for r in results)
             meta["tool_calls"] = [{"name": r.name, "error": r.error} for r in results]
-            content = "\n".join(f"<tool_response>{r.content}</tool_response>" for r in results)
         else:
             self.format_errors += 1
             meta["error"] = "format"
-            content = (
-                "No tool call found. Call a tool as "
-                '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>, '
-                "or call submit when you are done."
-            )
         if self.submitted:
             return self._finish(meta, truncated=False)
         left = self.max_turns - self.turns
         if left <= 0:
             return self._finish(meta, truncated=True)
-        content += f"\n({left} turn{'s' if left != 1 else ''} left)"
+        content = turn_observation(results, NO_TOOL_CALL, left)
         return BaseTextEnvStepOutput(
             observations=[{"role": "user", "content": content}], reward=0.0, done=False, metadata=meta
         )
@@ -252,5 +259,5 @@ class SWEEnv(BaseTextEnv):
             "turns": self.turns,
             "tool_errors": self.tool_errors,
             "format_errors": self.format_errors,
-            **{f"calls_{name}": n for name, n in self.tool_calls.items()},
+            **{f"calls_{name}": n for name, n in self.terminal.calls.items()},
         }

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from skyrl_gym.errors import ConfigError
+from skyrl_gym.sandbox.types import SandboxKind
 
 __all__ = [
     "SWEInstance",
@@ -28,9 +29,6 @@ __all__ = [
 
 #: The image env images are built FROM (``skyrl sandbox build-images`` makes it offline).
 DEFAULT_BASE_IMAGE = "skyrl-sandbox/python:latest"
-
-#: Where the agent's sandbox and the grading sandbox run.
-SandboxKind = Literal["docker", "local"]
 
 
 class TestStatus(StrEnum):
