@@ -135,7 +135,7 @@ def build_app(state: ServerState) -> Any:
     """The FastAPI app over ``state`` (``tinker`` extra); ``app.state.tinker`` is ``state``."""
     fastapi: Any = require("fastapi", "tinker", "the Tinker-compatible server")
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response
+    from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
 
     app = fastapi.FastAPI(title="skyrl Tinker-compatible server", version="1")
@@ -189,10 +189,24 @@ def build_app(state: ServerState) -> Any:
         )
         return response
 
-    def future(rid: str, **extra: Any) -> dict[str, Any]:
-        return {"request_id": rid, **extra}
+    _session_routes(app, state, error)
+    _training_routes(app, state, fastapi)
+    _sampling_routes(app, state)
+    _future_routes(app, state)
+    _document_errors_as_400(app)
+    app.add_middleware(_BodyLimit, limit=config.max_request_bytes)  # outermost: before any body is read
+    return app
 
-    # ------------------------------------------------------------------ session
+
+def _future(rid: str, **extra: Any) -> dict[str, Any]:
+    """The reply that hands the client a future to poll (``retrieve_future``)."""
+    return {"request_id": rid, **extra}
+
+
+def _session_routes(app: Any, state: ServerState, error: Any) -> None:
+    """Health, client config, sessions, telemetry and capabilities."""
+    config = state.config
+
     @app.get("/api/v1/healthz")
     async def healthz() -> Any:
         return {"status": "ok"}
@@ -236,14 +250,18 @@ def build_app(state: ServerState) -> Any:
         names = ["smollm2-135m", "tiny-random", *(a for a, _ in config.model_aliases)]
         return {"supported_models": [{"model_name": n, "trainable": True, "sampleable": True} for n in names]}
 
-    # ------------------------------------------------------------------ training
+
+def _training_routes(app: Any, state: ServerState, fastapi: Any) -> None:
+    """Training clients: create a model, forward/backward, optimizer steps, weights."""
+    config = state.config
+
     @app.post("/api/v1/create_model", responses=_errors())
     async def create_model(body: CreateModelBody) -> Any:
         try:
             rid = state.submit_create_model(body)
         except TinkerRequestError as exc:  # reported through the future: RequestFailedError
             rid = state.futures.failed("create_model", exc)
-        return future(rid, model_id=f"{body.session_id}:train:{body.model_seq_id}")
+        return _future(rid, model_id=f"{body.session_id}:train:{body.model_seq_id}")
 
     @app.post("/api/v1/get_info", responses=_errors(404, 409))
     async def get_info(body: ModelIdBody) -> Any:
@@ -274,7 +292,7 @@ def build_app(state: ServerState) -> Any:
                 "application/x-protobuf), as the tinker client sends"
             )
         req = parse_forward_backward(raw, config.max_request_bytes)
-        return future(state.submit_forward_backward(req), model_id=req.model_id)
+        return _future(state.submit_forward_backward(req), model_id=req.model_id)
 
     @app.post("/api/v1/forward", responses=_errors())
     async def forward_json() -> Any:
@@ -285,19 +303,19 @@ def build_app(state: ServerState) -> Any:
 
     @app.post("/api/v1/optim_step", responses=_errors())
     async def optim_step(body: OptimStepBody) -> Any:
-        return future(state.submit_optim_step(body), model_id=body.model_id)
+        return _future(state.submit_optim_step(body), model_id=body.model_id)
 
     @app.post("/api/v1/save_weights", responses=_errors())
     async def save_weights(body: SaveWeightsBody) -> Any:
-        return future(state.submit_save_state(body), model_id=body.model_id)
+        return _future(state.submit_save_state(body), model_id=body.model_id)
 
     @app.post("/api/v1/save_weights_for_sampler", responses=_errors())
     async def save_weights_for_sampler(body: SaveWeightsForSamplerBody) -> Any:
-        return future(state.submit_save_for_sampler(body), model_id=body.model_id)
+        return _future(state.submit_save_for_sampler(body), model_id=body.model_id)
 
     @app.post("/api/v1/load_weights", responses=_errors())
     async def load_weights(body: LoadWeightsBody) -> Any:
-        return future(state.submit_load_weights(body))
+        return _future(state.submit_load_weights(body))
 
     @app.post("/api/v1/unload_model", responses=_errors(404))
     async def unload_model(body: ModelIdBody) -> Any:
@@ -310,9 +328,12 @@ def build_app(state: ServerState) -> Any:
             session.model_ids.remove(model_id)
         rid = state.futures.new("unload_model")
         state.futures.finish(rid, {"model_id": model_id, "type": "unload_model"})
-        return future(rid, model_id=model_id)
+        return _future(rid, model_id=model_id)
 
-    # ------------------------------------------------------------------ sampling
+
+def _sampling_routes(app: Any, state: ServerState) -> None:
+    """Sampling sessions and sampling requests."""
+
     @app.post("/api/v1/create_sampling_session", responses=_errors(404))
     async def create_sampling_session(body: CreateSamplingSessionBody) -> Any:
         sid = state.create_sampling_session(body)
@@ -335,9 +356,15 @@ def build_app(state: ServerState) -> Any:
         except TinkerRequestError as exc:  # reported through the future, like the real service
             rid = state.futures.failed("sample", exc)
             ids = [f"{rid}:{i}" for i in range(body.num_samples)]
-        return future(rid, sample_sequence_ids=ids)
+        return _future(rid, sample_sequence_ids=ids)
 
-    # ------------------------------------------------------------------ futures
+
+def _future_routes(app: Any, state: ServerState) -> None:
+    """Polling and cancelling futures."""
+    from fastapi.responses import JSONResponse, Response
+
+    config = state.config
+
     @app.post(
         "/api/v1/retrieve_future",
         responses={
@@ -369,10 +396,6 @@ def build_app(state: ServerState) -> Any:
         """Stop a request's job (idempotent: an unknown or finished request has nothing to stop)."""
         known = state.futures.cancel(body.request_id)
         return {"request_id": body.request_id, "status": "cancel_requested" if known else "unknown"}
-
-    _document_errors_as_400(app)
-    app.add_middleware(_BodyLimit, limit=config.max_request_bytes)  # outermost: before any body is read
-    return app
 
 
 def _document_errors_as_400(app: Any) -> None:
