@@ -34,10 +34,20 @@ from typing import Any, Protocol
 
 from skyrl_agent._env_stages import EnvFailure, env_call, finish_episode, may_grade, setup_and_init
 from skyrl_agent._thread_pool import LoopThreadPool
-from skyrl_agent.types import EpisodeInfo, RolloutConfig, SamplingParams, StopReason, Trajectory, turn_seed
+from skyrl_agent.types import (
+    ChatModel,
+    EpisodeInfo,
+    Policy,
+    RolloutConfig,
+    SamplingParams,
+    StopReason,
+    Trajectory,
+    turn_seed,
+)
+from skyrl_gym.errors import ConfigError
 from skyrl_gym.types import BaseTextEnvStepOutput, as_step_output
 
-__all__ = ["Turns", "UnusableReply", "play_turns", "run_turns"]
+__all__ = ["Turns", "UnusableReply", "is_chat_level", "play_turns", "run_turns"]
 
 #: What a set-up stage hands to the play stage: ``env.init``'s messages and info.
 Initial = tuple[Sequence[dict[str, Any]], dict[str, Any]]
@@ -229,4 +239,20 @@ async def run_turns(
     )
     return await finish_episode(
         env, traj, config=config, executor=executor, grade=may_grade(traj, env_busy), close=close_env
+    )
+
+
+def is_chat_level(policy: Any) -> bool:
+    """Whether ``policy`` plays chat-level episodes (a :class:`ChatModel`) rather than
+    token-level ones (a :class:`Policy`, which wins when an object is both); raises
+    ``ConfigError`` for anything else."""
+    if isinstance(policy, Policy):
+        return False
+    if isinstance(policy, ChatModel):
+        return True
+    raise ConfigError(
+        f"{type(policy).__name__} is neither a Policy (a `tokenizer` and `async generate(requests)`, "
+        "for token-level episodes) nor a ChatModel (`async chat(messages, sampling)`, for chat-level "
+        "episodes); use one of skyrl_agent.policies (HFPolicy, OpenAICompatPolicy, LiteLLMChat) or "
+        "give the object those members"
     )

@@ -37,11 +37,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from skyrl_agent._env_stages import EnvFailure, finish_env, finish_episode, may_grade, setup_and_init
-from skyrl_agent._episode import Turns, play_turns
+from skyrl_agent._episode import Turns, is_chat_level, play_turns
 from skyrl_agent._thread_pool import LoopThreadPool, run_in
 from skyrl_agent.chat import ChatRenderer
-from skyrl_agent.chat_loop import ChatTurns
-from skyrl_agent.loop import TokenTurns, split_steps
+from skyrl_agent.loop import episode_turns, split_steps
 from skyrl_agent.tasks import load_tasks
 from skyrl_agent.types import (
     ChatModel,
@@ -196,22 +195,6 @@ class RolloutResult:
 
 
 EnvFactory = Callable[[PromptItem], Any]
-
-
-def is_chat_level(policy: Any) -> bool:
-    """Whether ``policy`` plays chat-level episodes (a :class:`ChatModel`) rather than
-    token-level ones (a :class:`Policy`, which wins when an object is both); raises
-    ``ConfigError`` for anything else."""
-    if isinstance(policy, Policy):
-        return False
-    if isinstance(policy, ChatModel):
-        return True
-    raise ConfigError(
-        f"{type(policy).__name__} is neither a Policy (a `tokenizer` and `async generate(requests)`, "
-        "for token-level episodes) nor a ChatModel (`async chat(messages, sampling)`, for chat-level "
-        "episodes); use one of skyrl_agent.policies (HFPolicy, OpenAICompatPolicy, LiteLLMChat) or "
-        "give the object those members"
-    )
 
 
 def _make_env(item: PromptItem) -> Any:
@@ -384,9 +367,7 @@ class RolloutEngine:
 
     def _turns(self, info: EpisodeInfo) -> Turns:
         """The turns of one episode: chat-level for a ``ChatModel``, token-level for a ``Policy``."""
-        if self.chat_level:
-            return ChatTurns(self.policy, self.config)
-        return TokenTurns(self.policy, self.renderer, self.config, info)
+        return episode_turns(self.policy, None if self.chat_level else self.renderer, self.config, info)
 
     async def _report(self, done: list[Trajectory], total: int, start: float) -> None:
         while True:

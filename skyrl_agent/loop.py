@@ -23,9 +23,10 @@ exception gives ``policy_error``, also masked; so does a ``grade()`` that raises
 ``env_grade_timeout_s``. Env threads cannot be killed: a timed-out env
 call is abandoned and its thread finishes on its own.
 
-The turn skeleton (deadlines, env calls, stop reasons, failures) is shared with chat-level
-episodes (:mod:`skyrl_agent.chat_loop`) and lives in ``skyrl_agent._episode``; this module holds
-the token-level strategy, :class:`TokenTurns`.
+The same functions play chat-level episodes when given a :class:`~skyrl_agent.types.ChatModel`
+instead of a :class:`~skyrl_agent.types.Policy` (see :mod:`skyrl_agent.chat_loop`). The turn
+skeleton (deadlines, env calls, stop reasons, failures) lives in ``skyrl_agent._episode``, with
+one strategy per level: :class:`TokenTurns` here, ``ChatTurns`` in ``skyrl_agent._chat_turns``.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from skyrl_agent._episode import UnusableReply, play_turns, run_turns
+from skyrl_agent._chat_turns import ChatTurns
+from skyrl_agent._episode import Turns, UnusableReply, is_chat_level, play_turns, run_turns
 from skyrl_agent._thread_pool import LoopThreadPool
 from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.types import (
+    ChatModel,
     EpisodeInfo,
     FinishReason,
     GenerateOutput,
@@ -51,11 +54,26 @@ from skyrl_agent.types import (
     turn_seed,
 )
 
-__all__ = ["run_episode", "play_episode", "turn_seed", "EpisodeInfo", "split_steps"]
+__all__ = ["run_episode", "play_episode", "episode_turns", "turn_seed", "EpisodeInfo", "split_steps"]
+
+
+def episode_turns(
+    policy: Policy | ChatModel, renderer: ChatRenderer | None, config: RolloutConfig, info: EpisodeInfo
+) -> Turns:
+    """The turn strategy for ``policy``: token-level for a :class:`Policy` (``renderer``
+    defaults to a :class:`ChatRenderer` of its tokenizer), chat-level for a :class:`ChatModel`
+    (a renderer does not apply: raises ``ConfigError``)."""
+    if is_chat_level(policy):
+        if renderer is not None:
+            from skyrl_gym.errors import ConfigError
+
+            raise ConfigError("a renderer applies to token-level episodes (a Policy), not to a ChatModel")
+        return ChatTurns(policy, config)  # type: ignore[arg-type]
+    return TokenTurns(policy, renderer or ChatRenderer(policy.tokenizer), config, info)  # type: ignore[union-attr]
 
 
 async def run_episode(
-    policy: Policy,
+    policy: Policy | ChatModel,
     env: Any,
     prompt: Sequence[dict[str, Any]],
     *,
@@ -68,7 +86,8 @@ async def run_episode(
 ) -> Trajectory:
     """Play one episode of ``policy`` in ``env`` (a ``BaseTextEnv``) and return its trajectory.
 
-    ``renderer`` defaults to a :class:`ChatRenderer` of the policy's tokenizer. Env calls run in
+    A :class:`Policy` plays token-level turns (``renderer`` defaults to a :class:`ChatRenderer`
+    of its tokenizer); a :class:`ChatModel` plays chat-level turns (text only). Env calls run in
     ``executor`` (a ``concurrent.futures`` executor or a ``LoopThreadPool``; default: the event
     loop's). The env's optional ``setup()`` hook runs before
     ``init`` and its optional ``grade()`` hook after the last turn (its reward is added to the
@@ -78,14 +97,14 @@ async def run_episode(
     recorded.
     """
     info = info or EpisodeInfo()
-    turns = TokenTurns(policy, renderer or ChatRenderer(policy.tokenizer), config, info)
+    turns = episode_turns(policy, renderer, config, info)
     return await run_turns(
         turns, env, prompt, config=config, info=info, executor=executor, initial=initial, close_env=close_env
     )
 
 
 async def play_episode(
-    policy: Policy,
+    policy: Policy | ChatModel,
     env: Any,
     prompt: Sequence[dict[str, Any]],
     *,
@@ -100,7 +119,7 @@ async def play_episode(
     Returns the trajectory and whether an env call was left running in its thread (then the
     env must not be graded)."""
     info = info or EpisodeInfo()
-    turns = TokenTurns(policy, renderer or ChatRenderer(policy.tokenizer), config, info)
+    turns = episode_turns(policy, renderer, config, info)
     return await play_turns(turns, env, prompt, config=config, info=info, executor=executor, initial=initial)
 
 
