@@ -1,13 +1,14 @@
-"""Reading a bundled JSONL file of records that carry a ``split`` field (one helper for every env)."""
+"""Helpers every env shares for its data: bundled JSONL records with a ``split`` field, and a
+row's ground truth."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["split_records"]
+__all__ = ["split_records", "ground_truth"]
 
 
 def split_records(
@@ -26,3 +27,16 @@ def split_records(
             record = json.loads(line)
             if split == "all" or record["split"] == split:
                 yield record
+
+
+def ground_truth(extras: Any, fix: str, keys: tuple[str, ...] = ("reward_spec",)) -> Any:
+    """``extras[key]["ground_truth"]`` for the first of ``keys`` that has one (published rows put
+    it under ``reward_spec``; AIME's under ``reward_model``). Missing: ``ConfigError(fix)``, where
+    ``fix`` says what the env needs."""
+    from skyrl_gym.errors import ConfigError
+
+    for key in keys:
+        spec = extras.get(key) if isinstance(extras, Mapping) else None
+        if isinstance(spec, Mapping) and spec.get("ground_truth") is not None:
+            return spec["ground_truth"]
+    raise ConfigError(fix)

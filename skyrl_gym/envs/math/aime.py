@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skyrl_gym.core import BaseTextEnv
-from skyrl_gym.errors import ConfigError
+from skyrl_gym.envs._records import ground_truth
 from skyrl_gym.types import BaseTextEnvStepOutput, EnvExample
 
 __all__ = ["AIMEEnv", "AIMEScore", "normalize_final_answer", "extract_answer", "score_aime", "INVALID"]
@@ -123,13 +123,11 @@ def score_aime(response: str, ground_truth: Any) -> AIMEScore:
 
 
 def _ground_truth(extras: Mapping[str, Any]) -> Any:
-    for key in ("reward_model", "reward_spec"):
-        spec = extras.get(key)
-        if isinstance(spec, Mapping) and spec.get("ground_truth") is not None:
-            return spec["ground_truth"]
-    raise ConfigError(
+    return ground_truth(
+        extras,
         "aime needs the answer in extras['reward_model']['ground_truth'] (the published key) or "
-        "extras['reward_spec']['ground_truth'], e.g. extras={'reward_model': {'ground_truth': '204'}}"
+        "extras['reward_spec']['ground_truth'], e.g. extras={'reward_model': {'ground_truth': '204'}}",
+        keys=("reward_model", "reward_spec"),
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from skyrl_gym.config import config_get
 from skyrl_gym.core import BaseTextEnv
+from skyrl_gym.envs._records import ground_truth
 from skyrl_gym.envs.math.data import generate_problems
 from skyrl_gym.envs.math.grader import answers_equal, extract_gsm8k_answer
 from skyrl_gym.errors import ConfigError
@@ -20,13 +21,10 @@ __all__ = ["GSM8KEnv", "GSM8KMultiTurnEnv"]
 
 
 def _ground_truth(extras: Any) -> str:
-    try:
-        truth = extras["reward_spec"]["ground_truth"]
-    except (KeyError, TypeError):
-        raise ConfigError(
-            "gsm8k envs need extras={'reward_spec': {'ground_truth': '<answer>'}} (the dataset row's reward_spec)"
-        ) from None
-    return str(truth)
+    fix = (
+        "gsm8k envs need extras={'reward_spec': {'ground_truth': '<answer>'}} (the dataset row's reward_spec)"
+    )
+    return str(ground_truth(extras, fix))
 
 
 class GSM8KEnv(BaseTextEnv):

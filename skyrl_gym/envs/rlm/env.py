@@ -46,6 +46,7 @@ from typing import Any
 
 from skyrl_gym.config import config_items
 from skyrl_gym.core import BaseTextEnv
+from skyrl_gym.envs._records import ground_truth
 from skyrl_gym.envs.rlm._text import (
     DEFAULT_RLM_SYSTEM_PROMPT,
     NO_BLOCK_MESSAGE,
@@ -306,13 +307,11 @@ class BaseRLMEnv(BaseTextEnv):
 
 
 def _ground_truths(extras: Mapping[str, Any]) -> tuple[str, ...]:
-    spec = extras.get("reward_spec")
-    truth = spec.get("ground_truth") if isinstance(spec, Mapping) else None
-    if truth is None:
-        raise ConfigError(
-            "the rlm env needs extras={'reward_spec': {'ground_truth': <answer>}} "
-            "(a string, or a list of accepted answers)"
-        )
+    truth = ground_truth(
+        extras,
+        "the rlm env needs extras={'reward_spec': {'ground_truth': <answer>}} "
+        "(a string, or a list of accepted answers)",
+    )
     if isinstance(truth, (list, tuple)):
         if not truth:
             raise ConfigError("extras['reward_spec']['ground_truth'] is an empty list")

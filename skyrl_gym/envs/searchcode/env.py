@@ -48,6 +48,7 @@ from typing import Any
 
 from skyrl_gym.config import config_items
 from skyrl_gym.core import BaseTextEnv
+from skyrl_gym.envs._records import ground_truth
 from skyrl_gym.envs.published_tools import DEFAULT_SEARCH_URL, PythonCodeExecutorToolGroup, SearchToolGroup
 from skyrl_gym.envs.search import types as search_types
 from skyrl_gym.envs.search.data import load_bundled_rows
@@ -133,14 +134,11 @@ def _search_keys() -> tuple[str, ...]:
 
 
 def _ground_truth(extras: Mapping[str, Any]) -> str:
-    spec = extras.get("reward_spec")
-    truth = spec.get("ground_truth") if isinstance(spec, Mapping) else None
-    if truth is None:
-        raise ConfigError(
-            "searchcode needs extras={'reward_spec': {'ground_truth': '<number>'}}, the answer that "
-            "follows '####' in a correct solution"
-        )
-    return str(truth)
+    fix = (
+        "searchcode needs extras={'reward_spec': {'ground_truth': '<number>'}}, the answer that "
+        "follows '####' in a correct solution"
+    )
+    return str(ground_truth(extras, fix))
 
 
 class SearchCodeEnv(BaseTextEnv):
