@@ -47,6 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     cfg = config_from_args(TrainConfig, args)
     result = train(cfg)
     if not _is_main_rank():
+        _exit_if_torchrun_worker()
         return 0
     print()
     print(f"run directory   {result.run_dir}")
@@ -67,6 +68,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     if result.plot is not None:
         print(f"plot            {result.plot}")
+    _exit_if_torchrun_worker()
     return 0
 
 
@@ -74,6 +76,17 @@ def _is_main_rank() -> bool:
     import os
 
     return int(os.environ.get("RANK", "0")) == 0
+
+
+def _exit_if_torchrun_worker() -> None:
+    """Under ``torchrun`` a finished rank leaves through :func:`trainers.distributed.exit_rank`
+    (see there why); a plain single-process run returns normally."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from trainers.distributed import exit_rank
+
+        exit_rank(0)
 
 
 if __name__ == "__main__":

@@ -84,10 +84,14 @@ def train(cfg: TrainConfig) -> TrainResult:
 
         cfg = dataclasses.replace(cfg, bf16=bf16_is_native(dist.device))
     try:
-        return _train(cfg, dist)
-    finally:
+        result = _train(cfg, dist)
+    except BaseException:
         if owns_group:
-            dist.close()
+            dist.close(sync=False)  # peers may never reach a barrier
+        raise
+    if owns_group:
+        dist.close()
+    return result
 
 
 def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:

@@ -9,7 +9,7 @@ import torch
 
 from tests.trainers.test_step import make_batch, tiny_lm
 from trainers.config import TrainConfig
-from trainers.distributed import full_state_dict, init_distributed, shard_model_fsdp2
+from trainers.distributed import exit_rank, full_state_dict, init_distributed, shard_model_fsdp2
 from trainers.step import train_step
 
 
@@ -36,3 +36,4 @@ def run(out_dir: str, world_size_expected: int, mode: str) -> None:
 
 if __name__ == "__main__":
     run(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    exit_rank(0)

@@ -98,7 +98,12 @@ def test_two_gloo_ranks_equal_one_process_on_the_whole_batch(tmp_path, mode):
     start = {k: v.clone() for k, v in model.state_dict().items()}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     cfg = TrainConfig(micro_batch_size=2, bf16=False, updates_per_step=2, grad_clip=0.5)
-    single = [train_step(model, opt, make_batch(seed=s), cfg).as_dict() for s in (1, 2)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the ranks run: another thread count sums in another order
+    try:
+        single = [train_step(model, opt, make_batch(seed=s), cfg).as_dict() for s in (1, 2)]
+    finally:
+        torch.set_num_threads(threads)
     moved = 0.0
     # FSDP2 sums in another order (reduce-scatter; full logits): AdamW turns float rounding in
     # near-zero gradients into differences of up to ~1e-5 against steps of ~4e-2
@@ -163,3 +168,24 @@ def test_resolve_device_without_cuda():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_resolve_device_with_cuda():
     assert resolve_device("auto") == "cuda" and resolve_device("cuda") == "cuda"
+
+
+def test_exit_rank_runs_exit_handlers_flushes_and_keeps_the_code(tmp_path):
+    """A finished torchrun rank leaves by exit_rank: its atexit handlers (sandbox reapers, the
+    engine's shutdown) still run, buffered output still arrives, and the exit code is kept."""
+    marker = tmp_path / "handler-ran"
+    script = (
+        "import atexit, pathlib, sys\n"
+        "from trainers.distributed import exit_rank\n"
+        f"atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text('yes'))\n"
+        "sys.stdout.write('unflushed tail')\n"
+        "exit_rank(3)\n"
+        "print('never reached')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": ""},
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr.decode()
+    assert done.stdout.decode() == "unflushed tail"
+    assert marker.read_text() == "yes"
