@@ -53,3 +53,21 @@ class GuessEnv(BaseTextEnv):
             "guesses": len(self.guesses),
             "solved": bool(self.guesses and self.guesses[-1] == self.target),
         }
+
+
+class CoinEnv(BaseTextEnv):
+    """One turn; reward 1 when the action's character codes sum to an even number. For a random
+    model that is a coin flip per sample, so groups get mixed rewards and the trainer has signal
+    without a model that can do anything."""
+
+    @classmethod
+    def bundled_rows(cls, split: str = "train", n: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+        return [
+            {"id": f"{split}-{i}", "prompt": [{"role": "user", "content": f"Flip coin {i}."}]}
+            for i in range(n or 20)
+        ]
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        self.turns += 1
+        reward = 1.0 if sum(map(ord, action)) % 2 == 0 else 0.0
+        return BaseTextEnvStepOutput(observations=[], reward=reward, done=True, metadata={})

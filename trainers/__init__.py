@@ -28,6 +28,7 @@ from trainers.losses import (
     policy_loss,
     ppo_clip_loss,
     reduce_loss,
+    reduction_weights,
     value_loss,
 )
 from trainers.types import (
@@ -74,6 +75,7 @@ __all__ = [
     "policy_loss",
     "ppo_clip_loss",
     "reduce_loss",
+    "reduction_weights",
     "reinforce_pp_advantages",
     "rloo_advantages",
     "token_logprobs_from_logits",

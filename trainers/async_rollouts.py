@@ -42,6 +42,10 @@ class RolloutBatch:
     """The trainer's version (steps finished) when generation of this batch started."""
     gen_seconds: float
     """Wall time of the generation."""
+    sampling_rounds: int = 1
+    """Rollout rounds it took (more than one with dynamic sampling)."""
+    prompts_drawn: int = 0
+    """Prompts drawn from the sampler over those rounds."""
 
 
 class AsyncRollouts:

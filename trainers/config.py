@@ -32,7 +32,7 @@ class TrainConfig:
     """A GRPO/PPO run: data, model, rollouts, algorithm, optimizer, evaluation and bookkeeping.
 
     The defaults are the main job: the bundled SmolLM2-135M-Instruct learning the two-turn
-    ``calculator`` tool-use task on CPU in about ten minutes."""
+    ``calculator`` tool-use task on CPU (about 27 minutes on two AVX2 cores; see the README)."""
 
     # ---------------------------------------------------------------- task and data
     env: str = "calculator"
@@ -150,6 +150,24 @@ class TrainConfig:
     """Truncated importance sampling: the upper bound of the weight ``exp(old - rollout)``."""
     skip_equal_reward_groups: bool = True
     """Leave out groups whose samples all got the same reward (they carry no GRPO signal)."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling (Yu et al. 2025): when groups are left out as equal-reward, keep
+    sampling new prompts until the step has ``prompts_per_step`` informative groups (or
+    ``max_sampling_rounds`` ran out), so every update sees a full batch. Needs
+    ``skip_equal_reward_groups``."""
+    max_sampling_rounds: int = 4
+    """Dynamic sampling: at most this many rollout rounds per step (the first one included); the
+    step trains on what it has when they run out. The metric ``sampling_rounds`` counts them."""
+    overlong_buffer: int = 0
+    """DAPO's soft overlong punishment (eq. 13): episodes whose sequence comes within this many
+    tokens of ``max_context_tokens`` lose reward linearly, up to ``overlong_penalty`` at the limit
+    (0: off; DAPO used a 4096-token buffer before a 20480 limit). See :mod:`trainers.shaping`."""
+    overlong_penalty: float = 1.0
+    """The soft overlong punishment at the limit (subtracted from the reward)."""
+    overlong_filter: bool = False
+    """DAPO's overlong filtering: episodes that hit a length limit (stopped on the context limit,
+    or a turn cut by ``max_tokens_per_turn``) are masked out of the loss; their rewards still
+    count in their group's baseline."""
     # ---------------------------------------------------------------- optimizer
     lr: float = 2e-5
     """AdamW learning rate."""
@@ -219,6 +237,22 @@ class TrainConfig:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if self.group_size < 2 and self.advantage in ("grpo", "dr_grpo", "rloo"):
             raise ConfigError(f"{self.advantage} needs group_size >= 2 (a baseline from the other samples)")
+        if self.dynamic_sampling and not self.skip_equal_reward_groups:
+            raise ConfigError(
+                "dynamic_sampling replaces equal-reward groups with new ones, so it needs "
+                "skip_equal_reward_groups on (drop --no-skip-equal-reward-groups)"
+            )
+        if self.max_sampling_rounds < 1:
+            raise ConfigError(f"max_sampling_rounds must be >= 1, got {self.max_sampling_rounds}")
+        if not 0 <= self.overlong_buffer <= self.max_context_tokens:
+            raise ConfigError(
+                f"overlong_buffer must be in [0, max_context_tokens={self.max_context_tokens}], "
+                f"got {self.overlong_buffer}"
+            )
+        if self.overlong_penalty < 0:
+            raise ConfigError(
+                f"overlong_penalty must be >= 0 (it is subtracted), got {self.overlong_penalty}"
+            )
         if self.async_staleness < 0:
             raise ConfigError(f"async_staleness must be >= 0 (0: synchronous), got {self.async_staleness}")
         if not 0 <= self.gae_lambda <= 1 or not 0 <= self.gamma <= 1:

@@ -66,10 +66,11 @@ def kl_loss(
     reduction: LossReduction | str = LossReduction.TOKEN_MEAN,
     *,
     norm_constant: float | None = None,
+    weights_B: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, KLStats]:
     """The KL term to add to the policy loss: ``config.coef * reduce(kl_BT)``.
 
-    Use the same ``reduction`` as the policy loss so both terms weigh tokens alike. Positions with
+    Use the same ``reduction`` (or ``weights_B``) as the policy loss so both terms weigh tokens alike. Positions with
     ``mask_BT`` 0 contribute nothing, also to the gradient (their inputs are zeroed first).
     """
     check_shape("mask_BT", mask_BT, tuple(logprobs_BT.shape))
@@ -78,7 +79,7 @@ def kl_loss(
     logp_BT = torch.where(m_BT > 0, logprobs_BT, zeros_BT)  # B x T
     ref_BT = torch.where(m_BT > 0, ref_logprobs_BT.to(logprobs_BT.dtype), zeros_BT)  # B x T
     kl_BT = kl_estimate(logp_BT, ref_BT, config.estimator, clamp=config.clamp)  # B x T
-    loss = config.coef * reduce_loss(kl_BT, m_BT, reduction, norm_constant=norm_constant)
+    loss = config.coef * reduce_loss(kl_BT, m_BT, reduction, norm_constant=norm_constant, weights_B=weights_B)
     with torch.no_grad():
         selected = kl_BT.detach()[m_BT > 0]
         stats = KLStats(

@@ -53,6 +53,7 @@ from trainers.metrics import MetricsLogger, plot_metrics
 from trainers.models import Learner, build_learner
 from trainers.resume import RunFiles, open_run, restore, save
 from trainers.rollouts import rollout_metrics, rollout_step, select_trainable
+from trainers.shaping import is_truncated, shape_overlong
 from trainers.step import train_step
 
 __all__ = ["TrainResult", "train"]
@@ -138,10 +139,19 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
             sampler_state = rb.sampler_state
             if dist.is_main:
                 run.append_trajectories(step, rb.trajectories)
-            good, flat, trainable = select_trainable(rb.trajectories, cfg.skip_equal_reward_groups)
-            metrics = rollout_metrics(rb, good, flat, step=step, wait_s=wait_s)
-            if trainable:
-                metrics.update(_update(learner, trainable))
+            shaped, shaping = shape_overlong(
+                rb.trajectories, cfg.max_context_tokens, cfg.overlong_buffer, cfg.overlong_penalty
+            )
+            good, flat, trainable = select_trainable(shaped, cfg.skip_equal_reward_groups)
+            metrics = rollout_metrics(
+                rb, [t for t in rb.trajectories if not t.masked], flat, step=step, wait_s=wait_s
+            )
+            metrics.update(shaping)
+            no_loss = [is_truncated(t) for t in trainable] if cfg.overlong_filter else []
+            if cfg.overlong_filter:
+                metrics["overlong_filtered"] = sum(no_loss)
+            if trainable and not (no_loss and all(no_loss)):
+                metrics.update(_update(learner, trainable, no_loss))
             else:  # every group flat: no signal, no update (the schedule follows optimizer updates)
                 metrics["skipped_update"] = 1
             if rollouts is not None:
@@ -192,11 +202,16 @@ def _supported_at_scale(cfg: TrainConfig, dist: DistContext) -> TrainConfig:
     return cfg
 
 
-def _update(learner: Learner, trainable: list[Trajectory]) -> dict[str, Any]:
+def _update(
+    learner: Learner, trainable: list[Trajectory], no_loss: list[bool] | None = None
+) -> dict[str, Any]:
     """collate -> (critic values) -> advantages -> :func:`train_step` -> weights to the sampler;
-    the step's training metrics."""
+    the step's training metrics. Rows flagged in ``no_loss`` (overlong filtering) keep their
+    reward in their group's baseline but train no token."""
     cfg, dist = learner.cfg, learner.dist
     batch = collate(trainable, pad_id=learner.policy.pad_token_id).to(dist.device)
+    if no_loss and any(no_loss):
+        batch.mask_BT[torch.tensor(no_loss, device=batch.mask_BT.device)] = 0.0
     if learner.critic is not None:
         batch.old_values_BT = score_values(
             learner.model, learner.critic, batch, cfg.micro_batch_size, cfg.bf16
@@ -253,8 +268,9 @@ def _step_line(step: int, cfg: TrainConfig, m: dict[str, Any], *, staleness: boo
     """The progress line of a training step."""
     return (
         f"[train] step {step}/{cfg.steps}  reward {m['reward_mean']:.3f}  "
-        f"success {m['success_rate']:.2f}  flat groups {m['flat_groups']}/{cfg.prompts_per_step}  "
-        f"masked {m['masked']}  gen {m['gen_seconds']:.1f}s  "
+        f"success {m['success_rate']:.2f}  flat groups {m['flat_groups']}/{m['prompts_drawn']}  "
+        + (f"rounds {m['sampling_rounds']}  " if cfg.dynamic_sampling else "")
+        + f"masked {m['masked']}  gen {m['gen_seconds']:.1f}s  "
         f"train {m.get('train_seconds', 0.0):.1f}s" + (f"  staleness {m['staleness']}" if staleness else "")
     )
 

@@ -35,6 +35,7 @@ from trainers.types import (
 
 __all__ = [
     "reduce_loss",
+    "reduction_weights",
     "policy_loss",
     "ppo_clip_loss",
     "gspo_loss",
@@ -47,6 +48,54 @@ __all__ = [
 _DEFAULT_CONFIG = PolicyLossConfig()
 
 
+def reduction_weights(
+    mask_BT: torch.Tensor,
+    mode: LossReduction | str = LossReduction.TOKEN_MEAN,
+    *,
+    group_ids_B: torch.Tensor | None = None,
+    norm_constant: float | None = None,
+    num_tokens: float | None = None,
+    num_sequences: float | None = None,
+) -> torch.Tensor:
+    """Per-sequence weights ``w_B`` such that ``reduce_loss(loss_BT, mask_BT, mode)`` equals
+    ``sum_b w_B[b] * sum_t (loss_BT * mask_BT)[b, t]`` for the mode (see :func:`reduce_loss`).
+
+    The train step computes them once on the whole batch and passes each micro-batch its rows,
+    so a mode that needs the whole batch (``prompt_mean``: the tokens of a prompt's whole group)
+    is exact however the batch is split into micro-batches and ranks. ``group_ids_B`` (the
+    prompt group of each sequence) is needed by ``prompt_mean`` only."""
+    mode = parse_choice(LossReduction, mode)
+    m_BT = (mask_BT > 0).to(torch.float64)  # B x T; weights in float64, cast by the caller
+    B, T = m_BT.shape
+    tok_B = m_BT.sum(dim=1)  # B, trained tokens per sequence
+    n_seq = max(float(num_sequences) if num_sequences is not None else float(B), 1.0)
+    ones_B = torch.ones(B, dtype=torch.float64, device=m_BT.device)  # B
+    match mode:
+        case LossReduction.TOKEN_MEAN:
+            n_tok = float(num_tokens) if num_tokens is not None else float(tok_B.sum())
+            return ones_B / max(n_tok, 1.0)
+        case LossReduction.SEQ_MEAN_TOKEN_MEAN:
+            return 1.0 / (tok_B.clamp(min=1.0) * n_seq)
+        case LossReduction.SEQ_MEAN_TOKEN_SUM:
+            return ones_B / n_seq
+        case LossReduction.SEQ_MEAN_TOKEN_SUM_NORM:
+            constant = float(norm_constant) if norm_constant is not None else float(T)
+            return ones_B / max(n_seq * constant, 1.0)
+        case LossReduction.PROMPT_MEAN:
+            if group_ids_B is None:
+                raise ConfigError(
+                    "reduction 'prompt_mean' needs group_ids_B (the prompt group of each sequence)"
+                )
+            check_shape("group_ids_B", group_ids_B, (B,))
+            _, group_B = torch.unique(group_ids_B.to(m_BT.device), return_inverse=True)  # B, 0..G-1
+            G = int(group_B.max()) + 1 if B else 0
+            group_tok_G = torch.zeros(G, dtype=torch.float64, device=m_BT.device).index_add_(
+                0, group_B, tok_B
+            )
+            return 1.0 / (group_tok_G.clamp(min=1.0)[group_B] * max(G, 1))
+    raise ValueError(f"unknown loss reduction {mode!r}")
+
+
 def reduce_loss(
     loss_BT: torch.Tensor,
     mask_BT: torch.Tensor,
@@ -55,6 +104,8 @@ def reduce_loss(
     norm_constant: float | None = None,
     num_tokens: float | None = None,
     num_sequences: float | None = None,
+    group_ids_B: torch.Tensor | None = None,
+    weights_B: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce a per-token loss to a scalar over the trained tokens.
 
@@ -62,34 +113,35 @@ def reduce_loss(
     - ``seq_mean_token_mean``: the mean over each sequence's trained tokens, summed over
       sequences and divided by ``num_sequences`` (every sequence weighs the same; the original
       GRPO). Short sequences weigh more per token, which Dr. GRPO calls a length bias.
+    - ``seq_mean_token_sum``: each sequence's summed loss, averaged over ``num_sequences``.
     - ``seq_mean_token_sum_norm``: ``sum(loss * mask) / (num_sequences * norm_constant)`` (Dr.
       GRPO, Liu et al. 2025: a constant in place of each sequence's length, so no length bias).
       ``norm_constant`` defaults to ``T``; set it to the maximum generation length.
+    - ``prompt_mean``: the token mean within each prompt's group (``group_ids_B``), then the
+      mean over the groups (every prompt weighs the same).
 
     ``num_tokens`` and ``num_sequences`` default to this batch's counts (``mask_BT.sum()`` and
-    ``B``; sequences without a trained token count as zero loss). Pass the counts of the whole
-    optimizer step when a step is split into micro-batches, so that summing micro-batch losses
-    gives the loss of the full batch.
+    ``B``; sequences without a trained token count as zero loss). ``weights_B`` (from
+    :func:`reduction_weights` on the whole optimizer step) replaces all of these: the loss is
+    then ``sum_b weights_B[b] * sum_t loss``, which is how a step split into micro-batches gets
+    the loss of the full batch.
     """
     check_shape("mask_BT", mask_BT, tuple(loss_BT.shape))
     if loss_BT.dim() != 2:
         raise ConfigError(f"loss_BT must have 2 dimensions (B x T), got shape {tuple(loss_BT.shape)}")
-    mode = parse_choice(LossReduction, mode)
     m_BT = as_mask(mask_BT, loss_BT)  # B x T
     safe_BT = torch.where(m_BT > 0, loss_BT, torch.zeros_like(loss_BT))  # B x T, masked-out = 0
-    B, T = loss_BT.shape
-    n_seq = float(num_sequences) if num_sequences is not None else float(B)
-    match mode:
-        case LossReduction.TOKEN_MEAN:
-            denom = m_BT.sum().clamp(min=1) if num_tokens is None else float(num_tokens)
-            return safe_BT.sum() / denom
-        case LossReduction.SEQ_MEAN_TOKEN_MEAN:
-            per_seq_B = safe_BT.sum(dim=1) / m_BT.sum(dim=1).clamp(min=1)  # B
-            return per_seq_B.sum() / max(n_seq, 1.0)
-        case LossReduction.SEQ_MEAN_TOKEN_SUM_NORM:
-            constant = float(norm_constant) if norm_constant is not None else float(T)
-            return safe_BT.sum() / max(n_seq * constant, 1.0)
-    raise ValueError(f"unknown loss reduction {mode!r}")
+    if weights_B is None:
+        weights_B = reduction_weights(
+            m_BT,
+            mode,
+            group_ids_B=group_ids_B,
+            norm_constant=norm_constant,
+            num_tokens=num_tokens,
+            num_sequences=num_sequences,
+        )
+    check_shape("weights_B", weights_B, (loss_BT.shape[0],))
+    return (safe_BT.sum(dim=1) * weights_B.to(safe_BT.dtype)).sum()
 
 
 def _zero_masked(x_BT: torch.Tensor | None, m_BT: torch.Tensor) -> torch.Tensor | None:
@@ -162,6 +214,7 @@ def _finish(
     dual_BT: torch.Tensor,
     old_BT: torch.Tensor,
     rollout_BT: torch.Tensor | None,
+    weights_B: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
     """Apply truncated importance sampling, reduce, and collect the stats (one device sync)."""
     if config.truncated_is and rollout_BT is None:
@@ -183,7 +236,9 @@ def _finish(
                 extra["tis_capped_frac"] = masked_mean((raw_w_BT > config.tis_cap).to(m_BT.dtype), m_BT)
     if config.truncated_is:
         loss_BT = loss_BT * w_BT  # B x T, w_BT carries no gradient
-    loss = reduce_loss(loss_BT, m_BT, config.reduction, norm_constant=config.norm_constant)
+    loss = reduce_loss(
+        loss_BT, m_BT, config.reduction, norm_constant=config.norm_constant, weights_B=weights_B
+    )
     with torch.no_grad():
         on_BT = m_BT > 0  # B x T
         r_BT = ratio_BT.detach()  # B x T
@@ -218,6 +273,7 @@ def ppo_clip_loss(
     config: PolicyLossConfig = _DEFAULT_CONFIG,
     *,
     rollout_logprobs_BT: torch.Tensor | None = None,
+    weights_B: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
     """PPO's clipped surrogate (Schulman et al. 2017) with clip-higher and dual clip.
 
@@ -251,6 +307,7 @@ def ppo_clip_loss(
         dual_BT=dual_BT,
         old_BT=old_BT,
         rollout_BT=rollout_BT,
+        weights_B=weights_B,
     )
 
 
@@ -262,6 +319,7 @@ def gspo_loss(
     config: PolicyLossConfig = _DEFAULT_CONFIG,
     *,
     rollout_logprobs_BT: torch.Tensor | None = None,
+    weights_B: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
     """GSPO, Group Sequence Policy Optimization (Zheng et al. 2025, Qwen).
 
@@ -298,6 +356,7 @@ def gspo_loss(
         dual_BT=torch.zeros_like(low_BT),
         old_BT=old_BT,
         rollout_BT=rollout_BT,
+        weights_B=weights_B,
     )
 
 
@@ -309,6 +368,7 @@ def cispo_loss(
     config: PolicyLossConfig = _DEFAULT_CONFIG,
     *,
     rollout_logprobs_BT: torch.Tensor | None = None,
+    weights_B: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
     """CISPO, Clipped IS-weight Policy Optimization (MiniMax-M1, Chen et al. 2025).
 
@@ -338,6 +398,7 @@ def cispo_loss(
         dual_BT=torch.zeros_like(ratio_BT, dtype=torch.bool),
         old_BT=old_BT,
         rollout_BT=rollout_BT,
+        weights_B=weights_B,
     )
 
 
@@ -349,6 +410,7 @@ def importance_sampling_loss(
     config: PolicyLossConfig = _DEFAULT_CONFIG,
     *,
     rollout_logprobs_BT: torch.Tensor | None = None,
+    weights_B: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
     """Plain importance-sampled policy gradient: ``loss = -r * A`` per token, no clipping.
 
@@ -375,6 +437,7 @@ def importance_sampling_loss(
         dual_BT=never_BT,
         old_BT=old_BT,
         rollout_BT=rollout_BT,
+        weights_B=weights_B,
     )
 
 
@@ -395,18 +458,26 @@ def policy_loss(
     config: PolicyLossConfig = _DEFAULT_CONFIG,
     *,
     rollout_logprobs_BT: torch.Tensor | None = None,
+    weights_B: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PolicyLossStats]:
     """The policy loss called ``name`` (a :class:`PolicyLossType` value) on one batch.
 
     Returns the scalar loss to minimize and its stats. ``rollout_logprobs_BT`` is needed when
     ``config.truncated_is`` is on; when given otherwise it only feeds ``stats.rollout_kl``.
+    ``weights_B`` (see :func:`reduction_weights`) replaces the reduction's own counts.
     """
     kind = parse_choice(PolicyLossType, name)
     fn = _POLICY_LOSSES.get(kind)
     if fn is None:
         raise ValueError(f"unknown policy loss {name!r}")
     return fn(
-        logprobs_BT, old_logprobs_BT, advantages_BT, mask_BT, config, rollout_logprobs_BT=rollout_logprobs_BT
+        logprobs_BT,
+        old_logprobs_BT,
+        advantages_BT,
+        mask_BT,
+        config,
+        rollout_logprobs_BT=rollout_logprobs_BT,
+        weights_B=weights_B,
     )
 
 
@@ -417,6 +488,7 @@ def entropy_bonus_loss(
     reduction: LossReduction | str = LossReduction.TOKEN_MEAN,
     *,
     norm_constant: float | None = None,
+    weights_B: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, EntropyStats]:
     """The entropy bonus as a loss term: ``-coef * reduce(entropy_BT)`` (adding it to the loss
     rewards higher entropy). ``entropy_BT`` comes from
@@ -424,7 +496,7 @@ def entropy_bonus_loss(
     (Schulman et al. 2017) uses this term, GRPO and DAPO drop it (``coef=0``)."""
     check_shape("mask_BT", mask_BT, tuple(entropy_BT.shape))
     m_BT = as_mask(mask_BT, entropy_BT)  # B x T
-    loss = -coef * reduce_loss(entropy_BT, m_BT, reduction, norm_constant=norm_constant)
+    loss = -coef * reduce_loss(entropy_BT, m_BT, reduction, norm_constant=norm_constant, weights_B=weights_B)
     with torch.no_grad():
         stats = EntropyStats(entropy_mean=masked_mean(entropy_BT.detach(), m_BT).item(), loss=loss.item())
     return loss, stats
@@ -439,6 +511,7 @@ def value_loss(
     clip_eps: float | None = 0.2,
     reduction: LossReduction | str = LossReduction.TOKEN_MEAN,
     norm_constant: float | None = None,
+    weights_B: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, ValueLossStats]:
     """PPO's clipped value loss for the critic (Schulman et al. 2017; the clipping as in OpenAI
     baselines' ``ppo2`` and InstructGPT-style RLHF trainers).
@@ -470,7 +543,7 @@ def value_loss(
     else:
         loss_BT = 0.5 * err_BT  # B x T
         clipped_BT = torch.zeros_like(err_BT, dtype=torch.bool)
-    loss = reduce_loss(loss_BT, m_BT, reduction, norm_constant=norm_constant)
+    loss = reduce_loss(loss_BT, m_BT, reduction, norm_constant=norm_constant, weights_B=weights_B)
     with torch.no_grad():
         on_BT = m_BT > 0
         ret_N, v_N = ret_BT[on_BT], v_BT.detach()[on_BT]

@@ -11,6 +11,7 @@ masked episodes (infrastructure failures, never scored) and groups whose rewards
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from trainers.async_rollouts import RolloutBatch
 from trainers.config import TrainConfig, parse_env_config
 from trainers.data import PromptSampler
 from trainers.distributed import SINGLE, DistContext
+from trainers.shaping import shape_overlong
 
 __all__ = ["rollout_config", "play", "rollout_step", "select_trainable", "rollout_metrics"]
 
@@ -78,13 +80,57 @@ def rollout_step(
     policy: Any, sampler: PromptSampler, cfg: TrainConfig, dist: DistContext, step: int, version: int
 ) -> RolloutBatch:
     """One step's rollouts: ``prompts_per_step`` prompts from ``sampler``, ``group_size`` samples
-    each, sampled by ``policy`` at trainer version ``version`` (steps finished)."""
+    each, sampled by ``policy`` at trainer version ``version`` (steps finished).
+
+    With ``cfg.dynamic_sampling`` (DAPO), rounds of new prompts follow while fewer than
+    ``prompts_per_step`` groups are informative (rewards not all equal, after overlong shaping),
+    up to ``cfg.max_sampling_rounds`` rounds: each round draws the missing number of prompts
+    divided by the informative rate seen so far (at most ``2 * prompts_per_step``). Informative
+    groups beyond ``prompts_per_step`` are dropped, so the update has exactly a full batch; the
+    equal-reward groups stay in the batch (logged, counted in ``flat_groups``, not trained)."""
     t_gen = time.perf_counter()
-    batch_items = sampler.next(cfg.prompts_per_step)
+    need = cfg.prompts_per_step
+    trajs: list[Trajectory] = []
+    drawn, rounds, informative = 0, 0, 0
+    while True:
+        k = need if rounds == 0 else _next_round_size(need - informative, informative, drawn, need)
+        batch_items = sampler.next(k)
+        seed = cfg.seed * 100_003 + step + 1_000_003 * dist.rank + 7_919 * rounds
+        new = play(policy, batch_items, cfg, n_samples=cfg.group_size, seed=seed, dist=dist)
+        for t in new:  # group ids unique over the step's rounds
+            t.group_id += drawn
+        trajs += new
+        drawn, rounds = drawn + k, rounds + 1
+        informative = len(_informative_groups(trajs, cfg))
+        if not cfg.dynamic_sampling or informative >= need or rounds >= cfg.max_sampling_rounds:
+            break
+    if cfg.dynamic_sampling and informative > need:  # exactly a full batch of informative groups
+        surplus = set(sorted(_informative_groups(trajs, cfg))[need:])
+        trajs = [t for t in trajs if t.group_id not in surplus]
     position = sampler.state_dict()
-    seed = cfg.seed * 100_003 + step + 1_000_003 * dist.rank
-    trajs = play(policy, batch_items, cfg, n_samples=cfg.group_size, seed=seed, dist=dist)
-    return RolloutBatch(step, trajs, position, version, time.perf_counter() - t_gen)
+    return RolloutBatch(
+        step,
+        trajs,
+        position,
+        version,
+        time.perf_counter() - t_gen,
+        sampling_rounds=rounds,
+        prompts_drawn=drawn,
+    )
+
+
+def _next_round_size(missing: int, informative: int, drawn: int, need: int) -> int:
+    """Prompts to draw for ``missing`` informative groups, at the informative rate seen so far."""
+    rate = informative / drawn if drawn else 0.0
+    want = need if rate == 0 else math.ceil(missing / rate)
+    return max(missing, min(want, 2 * need))
+
+
+def _informative_groups(trajs: Sequence[Trajectory], cfg: TrainConfig) -> set[int]:
+    """Ids of the groups that would train: not all masked, rewards (as shaped) not all equal."""
+    shaped, _ = shape_overlong(trajs, cfg.max_context_tokens, cfg.overlong_buffer, cfg.overlong_penalty)
+    good = [t for t in shaped if not t.masked]
+    return {t.group_id for t in good} - _equal_reward_groups(good)
 
 
 def _equal_reward_groups(trajs: Sequence[Trajectory]) -> set[int]:
@@ -117,6 +163,8 @@ def rollout_metrics(
         "episodes": len(trajs),
         "masked": len(trajs) - len(good),
         "flat_groups": len(flat),
+        "sampling_rounds": rb.sampling_rounds,
+        "prompts_drawn": rb.prompts_drawn,
         "response_tokens_mean": sum(t.num_generated_tokens for t in good) / max(len(good), 1),
         "turns_mean": sum(t.num_turns for t in good) / max(len(good), 1),
         "gen_seconds": rb.gen_seconds,

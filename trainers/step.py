@@ -1,8 +1,11 @@
 """One training step on a batch: micro-batched forward/backward, gradient clipping, optimizer step.
 
 The loss of the whole batch is the sum of its micro-batches' losses, each scaled so that the sum
-equals the loss the chosen reduction would give on the full batch (``token_mean``: by the
-micro-batch's share of trained tokens; the sequence reductions: by its share of sequences).
+equals the loss the chosen reduction would give on the full batch: each row's weight in the
+reduced loss is computed once on the whole batch (:func:`trainers.losses.reduction_weights`;
+``token_mean``: one over the batch's trained tokens, ``prompt_mean``: one over the prompt
+count times the tokens of the row's group, ...) and each micro-batch sums its rows' weighted
+losses.
 With ``updates_per_step > 1`` the batch's logprobs before the first update are computed once
 (without gradient) and every update is clipped against them, as PPO does; with one update the
 old logprobs equal the current ones (detached), so the ratio is 1 and the step is the plain
@@ -22,7 +25,7 @@ from trainers.config import TrainConfig
 from trainers.distributed import SINGLE, DistContext
 from trainers.kl import kl_loss
 from trainers.logprobs import forward_logprobs, shared_prefix_len, token_logprobs
-from trainers.losses import entropy_bonus_loss, policy_loss, value_loss
+from trainers.losses import entropy_bonus_loss, policy_loss, reduction_weights, value_loss
 from trainers.types import (
     EntropyStats,
     KLConfig,
@@ -142,9 +145,12 @@ def _micro_batch_loss(
     ref_logprobs_fn: Any,
     critic: torch.nn.Module | None,
     dist: DistContext,
+    weights_B: torch.Tensor,
 ) -> tuple[torch.Tensor, _MicroBatchStats]:
-    """One micro-batch's loss (policy + KL + entropy bonus + value terms, reduced over the
-    micro-batch alone) and the stats of each term."""
+    """One micro-batch's loss (policy + KL + entropy bonus + value terms) and the stats of each
+    term. ``weights_B`` are its rows' reduction weights computed on the whole batch
+    (:func:`trainers.losses.reduction_weights`), so the micro-batches' losses add up to the
+    whole batch's."""
     # rows of a micro-batch usually share their prompt's start: run it once (not under
     # FSDP2, where it is one more forward that other ranks might not run)
     prefix = 0 if dist.fsdp else shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
@@ -170,6 +176,7 @@ def _micro_batch_loss(
         sub.mask_BT,
         pcfg,
         rollout_logprobs_BT=sub.rollout_logprobs_BT if pcfg.truncated_is else None,
+        weights_B=weights_B,
     )
     kstats = None
     if kcfg.coef > 0:
@@ -177,12 +184,10 @@ def _micro_batch_loss(
             raise ValueError("kl_coef > 0 needs ref_logprobs_fn (the reference model's logprobs)")
         with torch.no_grad():
             ref_BT = ref_logprobs_fn(sub.input_ids_BT, sub.attention_mask_BT, prefix, sub.mask_BT)
-        kl_term, kstats = kl_loss(
-            logprobs_BT, ref_BT, sub.mask_BT, kcfg, pcfg.reduction, norm_constant=pcfg.norm_constant
-        )
+        kl_term, kstats = kl_loss(logprobs_BT, ref_BT, sub.mask_BT, kcfg, pcfg.reduction, weights_B=weights_B)
         loss = loss + kl_term
     ent_term, estats = entropy_bonus_loss(
-        entropy_BT, sub.mask_BT, cfg.entropy_coef, pcfg.reduction, norm_constant=pcfg.norm_constant
+        entropy_BT, sub.mask_BT, cfg.entropy_coef, pcfg.reduction, weights_B=weights_B
     )
     if cfg.entropy_coef > 0:
         loss = loss + ent_term
@@ -196,7 +201,7 @@ def _micro_batch_loss(
             sub.mask_BT,
             clip_eps=cfg.value_clip,
             reduction=pcfg.reduction,
-            norm_constant=pcfg.norm_constant,
+            weights_B=weights_B,
         )
         loss = loss + cfg.value_coef * v_term
     return loss, _MicroBatchStats(pstats, kstats, estats, vstats)
@@ -325,8 +330,12 @@ def train_step(
     model.train()
     pcfg, kcfg = cfg.loss_config, cfg.kl_config
     B = batch.input_ids_BT.shape[0]  # sequences in the whole batch (all ranks)
-    total_tokens = max(batch.num_tokens, 1)  # trained tokens in the whole batch
+    # every row's weight in the whole batch's reduced loss (exact for any micro-batch split)
+    weights_B = reduction_weights(
+        batch.mask_BT, pcfg.reduction, group_ids_B=batch.group_ids_B, norm_constant=pcfg.norm_constant
+    )
     local = batch.select(dist.shard(B)) if dist.enabled else batch  # this rank's rows
+    local_weights_B = weights_B[dist.shard(B)] if dist.enabled else weights_B
     B_local = local.input_ids_BT.shape[0]
     # FSDP2 divides the reduced gradients by the world size; our shares already sum to 1
     loss_scale = float(dist.world_size) if dist.fsdp else 1.0
@@ -349,12 +358,15 @@ def train_step(
             n_tok = int(sub.mask_BT.sum())
             if n_tok == 0 and not dist.fsdp:
                 continue
-            # each micro-batch's reduced loss, scaled to its share of the full batch
-            share = n_tok / total_tokens if pcfg.reduction == "token_mean" else sub.mask_BT.shape[0] / B
+            # the reduction weights already make each micro-batch's loss its part of the whole
+            share, sub_weights_B = 1.0, None if sl is None else local_weights_B[sl]
             if sl is None:  # FSDP2 only: a pass with weight 0, to keep collectives in step
                 share, n_tok = 0.0, 0
                 sub.old_logprobs_BT = None
-            loss, mstats = _micro_batch_loss(model, sub, cfg, pcfg, kcfg, ref_logprobs_fn, critic, dist)
+                sub_weights_B = torch.zeros(1, device=weights_B.device)
+            loss, mstats = _micro_batch_loss(
+                model, sub, cfg, pcfg, kcfg, ref_logprobs_fn, critic, dist, sub_weights_B
+            )
             for key, value in _micro_batch_sums(mstats, share, n_tok).items():
                 if key in sums:
                     sums[key] += value

@@ -191,4 +191,8 @@ def test_non_default_loss_flags_reach_the_loss_calls(monkeypatch):
     assert kwargs["rollout_logprobs_BT"] is not None  # the TIS weights have their input
     args, kwargs = seen["kl"][0]
     assert args[3] == KLConfig(estimator="k2", coef=0.1, clamp=5.0)
-    assert args[4] == "seq_mean_token_sum_norm" and kwargs["norm_constant"] == 64.0
+    # the norm constant reaches it through the batch's reduction weights: 1 / (B=5 * 64) per row
+    assert args[4] == "seq_mean_token_sum_norm"
+    torch.testing.assert_close(kwargs["weights_B"], torch.full((5,), 1 / (5 * 64.0), dtype=torch.float64))
+    policy_kwargs = seen["policy"][0][1]
+    torch.testing.assert_close(policy_kwargs["weights_B"], kwargs["weights_B"])

@@ -21,6 +21,7 @@ from trainers import (
     policy_loss,
     ppo_clip_loss,
     reduce_loss,
+    reduction_weights,
 )
 
 NAN, INF = float("nan"), float("inf")
@@ -59,11 +60,57 @@ def test_seq_mean_token_sum_norm_is_dr_grpo_constant_normalization():
     assert got.item() == pytest.approx(1.05)
 
 
+def test_seq_mean_token_sum():
+    # sequence sums 1 + 2 = 3 and 5 + 6 + 7 = 18; their mean 10.5
+    assert reduce_loss(LOSS_BT, MASK_BT, "seq_mean_token_sum").item() == pytest.approx(10.5)
+    assert reduce_loss(LOSS_BT, MASK_BT, "seq_mean_token_sum", num_sequences=3).item() == pytest.approx(7.0)
+
+
+LOSS4_BT = torch.tensor([[1.0, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]])
+MASK4_BT = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]])
+GROUPS4_B = torch.tensor([7, 7, 3, 3])  # two prompts, any ids
+
+
+def test_prompt_mean_weighs_every_prompt_alike():
+    # prompt 7: tokens 1, 2, 4, 5, 6 -> 18 / 5 = 3.6; prompt 3: 7, 10, 11 -> 28 / 3; mean of the two
+    got = reduce_loss(LOSS4_BT, MASK4_BT, "prompt_mean", group_ids_B=GROUPS4_B).item()
+    assert got == pytest.approx((3.6 + 28 / 3) / 2)
+    assert reduce_loss(LOSS4_BT, MASK4_BT, "token_mean").item() == pytest.approx(46 / 8)  # not the same
+    with pytest.raises(ConfigError, match="group_ids_B"):
+        reduce_loss(LOSS4_BT, MASK4_BT, "prompt_mean")
+
+
+def test_equal_lengths_make_the_means_agree():
+    # 4 sequences of 3 trained tokens in 2 groups of 2: every mean is the token mean (78 / 12),
+    # the sequence-sum is 3 times it, Dr. GRPO's with constant 6 half of it
+    ones_BT = torch.ones(4, 3)
+    expect = 78 / 12
+    for mode in ("token_mean", "seq_mean_token_mean", "prompt_mean"):
+        assert reduce_loss(LOSS4_BT, ones_BT, mode, group_ids_B=GROUPS4_B).item() == pytest.approx(expect)
+    assert reduce_loss(LOSS4_BT, ones_BT, "seq_mean_token_sum").item() == pytest.approx(3 * expect)
+    got = reduce_loss(LOSS4_BT, ones_BT, "seq_mean_token_sum_norm", norm_constant=6).item()
+    assert got == pytest.approx(expect / 2)
+
+
+@pytest.mark.parametrize("mode", list(LossReduction))
+def test_reduction_weights_split_into_parts_sum_to_the_whole(mode):
+    # weights from the whole batch, applied to any split of its rows, add up to the whole loss
+    w_B = reduction_weights(MASK4_BT, mode, group_ids_B=GROUPS4_B, norm_constant=5)
+    whole = reduce_loss(LOSS4_BT, MASK4_BT, mode, group_ids_B=GROUPS4_B, norm_constant=5)
+    parts = sum(
+        reduce_loss(LOSS4_BT[sl], MASK4_BT[sl], weights_B=w_B[sl])
+        for sl in (slice(0, 1), slice(1, 3), slice(3, 4))
+    )
+    assert parts.item() == pytest.approx(whole.item())
+
+
 def test_reduce_loss_ignores_garbage_at_masked_positions():
     garbage_BT = LOSS_BT.clone()
     garbage_BT[0, 2], garbage_BT[0, 3], garbage_BT[1, 3] = NAN, INF, -INF
+    groups_B = torch.tensor([0, 1])
     for mode in LossReduction:
-        assert reduce_loss(garbage_BT, MASK_BT, mode).item() == reduce_loss(LOSS_BT, MASK_BT, mode).item()
+        got = reduce_loss(garbage_BT, MASK_BT, mode, group_ids_B=groups_B).item()
+        assert got == reduce_loss(LOSS_BT, MASK_BT, mode, group_ids_B=groups_B).item()
 
 
 def test_reduce_loss_rejects_unknown_modes_and_shapes():

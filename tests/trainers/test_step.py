@@ -10,6 +10,7 @@ from trainers.batch import TrainBatch
 from trainers.config import TrainConfig
 from trainers.logprobs import token_logprobs
 from trainers.step import train_step
+from trainers.types import LossReduction
 
 
 def tiny_lm(seed=0):
@@ -43,7 +44,7 @@ def make_batch(B=5, T=9, seed=1):
         rollout_logprobs_BT=None,
         token_rewards_BT=torch.zeros(B, T),
         rewards_B=torch.zeros(B),
-        group_ids_B=torch.zeros(B, dtype=torch.long),
+        group_ids_B=torch.tensor([0, 0, 1, 1, 2])[:B],  # groups of unequal token counts
         advantages_BT=adv.contiguous(),
     )
 
@@ -79,7 +80,7 @@ def test_token_logprobs_align_with_next_token():
     assert torch.all(lp[:, 0] == 0) and torch.all(ent[:, 1:] > 0)
 
 
-@pytest.mark.parametrize("reduction", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+@pytest.mark.parametrize("reduction", list(LossReduction))
 def test_micro_batches_give_the_full_batch_gradient(reduction):
     full, s1 = grads_after_step(5, reduction)
     micro, s2 = grads_after_step(2, reduction)
