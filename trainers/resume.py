@@ -137,5 +137,6 @@ def save(
         critic=learner.critic,
         model_state=model_state,
         optimizer_state={} if dist.fsdp else None,
+        tokenizer=learner.tokenizer,
     )
     dist.barrier()

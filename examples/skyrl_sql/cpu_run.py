@@ -45,10 +45,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv[:cut])
     args.extra = argv[cut + 1 :]  # more skyrl train flags, after --
 
-    import torch
-
     from skyrl_agent.policies.hf import HFPolicy
-    from trainers.checkpoint import latest_checkpoint
+    from trainers.checkpoint import latest_checkpoint, load_weights
     from trainers.loop import train
 
     flags = recipe.read_flags(args.flags)
@@ -83,9 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     ckpt = latest_checkpoint(run_dir)
     policy = HFPolicy.from_pretrained(cfg.model, max_batch_size=32)
-    missing, unexpected = policy.model.load_state_dict(torch.load(ckpt / "model.pt"), strict=False)
-    if unexpected:
-        raise RuntimeError(f"checkpoint {ckpt} does not fit {cfg.model}: {unexpected[:3]}")
+    load_weights(policy.model, ckpt)  # the trained weights (a model directory in the checkpoint)
     after = recipe.evaluate_splits(policy, splits, **eval_kw)
     policy.close()
 
