@@ -6,9 +6,10 @@ Importing this package imports no torch; the local transformers policy lives in
 """
 
 from skyrl_agent.chat import ChatRenderer, TokenizationReport, check_tokenization
+from skyrl_agent.context import split_steps, training_samples
 from skyrl_agent.engine import PromptItem, RolloutEngine, RolloutResult, RolloutStats, load_prompts
 from skyrl_agent.io import from_dataset, load_jsonl, load_parquet, save_jsonl, save_parquet, to_dataset
-from skyrl_agent.loop import EpisodeInfo, play_episode, run_episode, split_steps
+from skyrl_agent.loop import EpisodeInfo, play_episode, run_episode
 from skyrl_agent.tasks import load_tasks, save_tasks, tasks_to_dataset
 from skyrl_agent.types import (
     ChatModel,
@@ -53,6 +54,7 @@ __all__ = [
     "save_parquet",
     "save_tasks",
     "split_steps",
+    "training_samples",
     "tasks_to_dataset",
     "to_dataset",
 ]

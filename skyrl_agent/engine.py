@@ -40,7 +40,8 @@ from skyrl_agent._env_stages import EnvFailure, finish_env, finish_episode, may_
 from skyrl_agent._episode import Turns, is_chat_level, play_turns
 from skyrl_agent._thread_pool import LoopThreadPool, run_in
 from skyrl_agent.chat import ChatRenderer
-from skyrl_agent.loop import episode_turns, split_steps
+from skyrl_agent.context import training_samples
+from skyrl_agent.loop import episode_turns
 from skyrl_agent.tasks import load_tasks
 from skyrl_agent.types import (
     ChatModel,
@@ -191,7 +192,7 @@ class RolloutResult:
     stats: RolloutStats
     """Counts over the batch."""
     step_samples: list[Trajectory] = field(default_factory=list)
-    """One per turn when ``config.step_wise`` (see :func:`~skyrl_agent.loop.split_steps`)."""
+    """One per turn when ``config.step_wise`` (see :func:`~skyrl_agent.context.training_samples`)."""
 
 
 EnvFactory = Callable[[PromptItem], Any]
@@ -304,7 +305,7 @@ class RolloutEngine:
         stats = RolloutStats.of(trajs, wall, retries)
         if self.progress:
             self._print_progress(len(done), total, start, done, final=True)
-        steps = [s for t in trajs for s in split_steps(t)] if cfg.step_wise else []
+        steps = [s for t in trajs for s in training_samples(t, step_wise=True)] if cfg.step_wise else []
         return RolloutResult(trajs, stats, steps)
 
     async def _episode(

@@ -37,9 +37,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from skyrl_agent._chat_turns import ChatTurns
+from skyrl_agent._env_stages import EnvFailure
 from skyrl_agent._episode import Turns, UnusableReply, is_chat_level, play_turns, run_turns
 from skyrl_agent._thread_pool import LoopThreadPool
 from skyrl_agent.chat import ChatRenderer
+from skyrl_agent.context import drop_old_observations, split_steps
 from skyrl_agent.types import (
     ChatModel,
     EpisodeInfo,
@@ -49,10 +51,12 @@ from skyrl_agent.types import (
     Policy,
     RolloutConfig,
     SamplingParams,
+    Segment,
     StopReason,
     Trajectory,
     turn_seed,
 )
+from skyrl_gym.errors import ConfigError
 
 __all__ = ["run_episode", "play_episode", "episode_turns", "turn_seed", "EpisodeInfo", "split_steps"]
 
@@ -65,9 +69,11 @@ def episode_turns(
     (a renderer does not apply: raises ``ConfigError``)."""
     if is_chat_level(policy):
         if renderer is not None:
-            from skyrl_gym.errors import ConfigError
-
             raise ConfigError("a renderer applies to token-level episodes (a Policy), not to a ChatModel")
+        if config.context_strategy != "stop":
+            raise ConfigError(
+                "context_strategy applies to token-level episodes (a Policy); a ChatModel keeps its own context"
+            )
         return ChatTurns(policy, config)  # type: ignore[arg-type]
     return TokenTurns(policy, renderer or ChatRenderer(policy.tokenizer), config, info)  # type: ignore[union-attr]
 
@@ -147,6 +153,17 @@ class TokenTurns:
         """The last sampled token id."""
         self.last_stopped = False
         """The last turn ended with a stop (not cut by ``max_tokens``)."""
+        self.rewrites = config.context_strategy != "stop"
+        """A context strategy may rewrite the history (see :mod:`skyrl_agent.context`)."""
+        self.history: list[dict[str, Any]] = []
+        """The conversation as the model sees it now (kept only when ``rewrites``)."""
+        self.n_prompt = 0
+        """Messages of the first prompt (never dropped)."""
+        self.segments: list[Segment] = []
+        """The stretches before each rewrite."""
+        self.earlier_turns = 0
+        """Turns inside ``segments``."""
+        self.env: Any = None
 
     def start(self, env: Any, first: Sequence[dict[str, Any]]) -> StopReason | None:
         if hasattr(env, "tool_specs"):
@@ -154,6 +171,16 @@ class TokenTurns:
         self.prompt_ids = self.renderer.encode_prompt(first, self.tools)
         if self.config.keep_messages:
             self.messages = [dict(m) for m in first]
+        self.env = env
+        if self.rewrites:
+            self.history, self.n_prompt = [dict(m) for m in first], len(first)
+            if self.config.context_strategy == "summarize" and not callable(
+                getattr(env, "summarize_history", None)
+            ):
+                raise ConfigError(
+                    f"context_strategy 'summarize' needs the env ({type(env).__name__}) to define "
+                    "summarize_history(messages) -> messages; or use 'drop_observations'"
+                )
         return StopReason.CONTEXT_LIMIT if len(self.prompt_ids) >= self.config.max_context_tokens else None
 
     def room(self) -> int | None:
@@ -179,6 +206,8 @@ class TokenTurns:
                 self.messages[-1]["content"] += reply.text
             else:
                 self.messages.append({"role": "assistant", "content": reply.text})
+        if self.rewrites:
+            self.history.append({"role": "assistant", "content": reply.text})
         return reply.text
 
     def observe(self, observations: Sequence[dict[str, Any]]) -> StopReason | None:
@@ -193,7 +222,11 @@ class TokenTurns:
             obs_ids = self.renderer.encode_observation(
                 obs, self.tools, turn_ended_with_eos=ended_eos, last_token_id=self.last_id
             )
-        if len(self.prompt_ids) + len(self.response_ids) + len(obs_ids) >= self.config.max_context_tokens:
+        used = len(self.prompt_ids) + len(self.response_ids) + len(obs_ids)
+        if self.rewrites and used + self.config.max_tokens_per_turn > self.config.max_context_tokens:
+            if self._rewrite(obs):  # the episode goes on in a rewritten, shorter context
+                return None
+        if used >= self.config.max_context_tokens:
             return StopReason.CONTEXT_LIMIT
         self._append(obs_ids, 0, [0.0] * len(obs_ids))
         if self.config.keep_messages:
@@ -201,11 +234,65 @@ class TokenTurns:
                 self.messages[-1]["content"] += _inline_text(obs)
             else:
                 self.messages += [dict(m) for m in obs]
+        if self.rewrites:
+            self.history += [dict(m) for m in obs]
         return None
 
+    def _rewrite(self, obs: list[dict[str, Any]]) -> bool:
+        """Rewrite the history with the context strategy, observations ``obs`` included, and
+        start a new stretch from it; False (nothing changed) when it would still not fit."""
+        messages = self.history + [dict(m) for m in obs]
+        if self.config.context_strategy == "drop_observations":
+            new = drop_old_observations(messages, self.n_prompt, self.config.keep_observations)
+        else:
+            new = self._summarize(messages)
+        if new is None:
+            return False
+        prompt_ids = self.renderer.encode_prompt(new, self.tools)
+        if len(prompt_ids) + self.config.max_tokens_per_turn > self.config.max_context_tokens:
+            return False
+        self.segments.append(
+            Segment(self.prompt_ids, self.response_ids, self.loss_mask, self.logprobs, self.turn_spans)
+        )
+        self.earlier_turns += len(self.turn_spans)
+        self.prompt_ids, self.response_ids, self.loss_mask, self.turn_spans = prompt_ids, [], [], []
+        self.logprobs = [] if self.logprobs is not None else None
+        self.history = new
+        if self.config.keep_messages:  # the viewer's record keeps the whole conversation
+            self.messages += [dict(m) for m in obs]
+        return True
+
+    def _summarize(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The env's ``summarize_history`` result, checked (a failure is the env's: masked)."""
+        try:
+            out = self.env.summarize_history([dict(m) for m in messages])
+        except Exception as exc:  # noqa: BLE001 - an env failure, recorded and masked
+            raise EnvFailure(
+                StopReason.ENV_ERROR, f"{type(exc).__name__}: {exc} (in summarize_history)"
+            ) from exc
+        if not isinstance(out, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in out
+        ):
+            raise EnvFailure(
+                StopReason.ENV_ERROR,
+                "summarize_history must return a list of messages ({'role': str, 'content': str})",
+            )
+        return [dict(m) for m in out]
+
     def finish(self, traj: Trajectory) -> Trajectory:
+        if self.segments and not self.turn_spans:  # a rewrite no turn followed: undo it
+            last = self.segments.pop()
+            self.prompt_ids, self.response_ids, self.loss_mask = (
+                last.prompt_ids,
+                last.response_ids,
+                last.loss_mask,
+            )
+            self.logprobs, self.turn_spans = last.rollout_logprobs, last.turn_spans
+            self.earlier_turns -= len(last.turn_spans)
         token_rewards = [0.0] * len(self.response_ids)
-        for (_start, end), reward in zip(self.turn_spans, traj.turn_rewards, strict=False):
+        own_rewards = traj.turn_rewards[self.earlier_turns :]
+        for (_start, end), reward in zip(self.turn_spans, own_rewards, strict=False):
             token_rewards[end - 1] += reward  # each turn's reward sits at its last token
         return dataclasses.replace(
             traj,
@@ -214,10 +301,13 @@ class TokenTurns:
             response_ids=self.response_ids,
             loss_mask=self.loss_mask,
             rollout_logprobs=self.logprobs,
-            num_turns=len(self.turn_spans),
+            num_turns=self.earlier_turns + len(self.turn_spans),
             turn_spans=self.turn_spans,
             truncated_turns=self.truncated,
             messages=self.messages,
+            segments=self.segments,
+            context_strategy=self.config.context_strategy,
+            context_rewrites=len(self.segments),
         )
 
     def _append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None) -> None:
@@ -231,42 +321,3 @@ class TokenTurns:
 
 def _inline_text(observations: Sequence[dict[str, Any]]) -> str:
     return "".join(str(m.get("content") or "") for m in observations)
-
-
-def split_steps(traj: Trajectory) -> list[Trajectory]:
-    """One training sample per turn (step-wise training).
-
-    Sample ``t`` has ``prompt_ids`` = everything before turn ``t`` (the prompt, earlier turns and
-    observations) and ``response_ids`` = the tokens of turn ``t`` alone (all mask 1), with the
-    turn's reward at its last token. ``reward`` stays the episode's total, so advantages can be
-    computed per episode and shared by its steps; ``turn_rewards`` holds the one turn's reward.
-    """
-    samples = []
-    for t, (start, end) in enumerate(traj.turn_spans):
-        turn_reward = traj.turn_rewards[t] if t < len(traj.turn_rewards) else 0.0
-        n = end - start
-        samples.append(
-            Trajectory(
-                prompt_ids=traj.prompt_ids + traj.response_ids[:start],
-                response_ids=traj.response_ids[start:end],
-                loss_mask=[1] * n,
-                rollout_logprobs=traj.rollout_logprobs[start:end]
-                if traj.rollout_logprobs is not None
-                else None,
-                token_rewards=[0.0] * (n - 1) + [turn_reward],
-                reward=traj.reward,
-                stop_reason=traj.stop_reason,
-                num_turns=1,
-                turn_rewards=[turn_reward],
-                turn_spans=[(0, n)],
-                truncated_turns=0,
-                env_metrics={**traj.env_metrics, "step": t},
-                error=traj.error,
-                masked=traj.masked,
-                prompt_id=traj.prompt_id,
-                group_id=traj.group_id,
-                sample_index=traj.sample_index,
-                env_id=traj.env_id,
-            )
-        )
-    return samples

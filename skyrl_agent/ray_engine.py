@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyrl_agent.context import training_samples
 from skyrl_agent.engine import (
     EnvFactory,
     EpisodeJob,
@@ -44,7 +45,6 @@ from skyrl_agent.engine import (
     episode_jobs,
     is_chat_level,
 )
-from skyrl_agent.loop import split_steps
 from skyrl_agent.types import RolloutConfig, Trajectory
 
 __all__ = ["RayConfig", "RayRolloutEngine"]
@@ -234,7 +234,9 @@ class RayRolloutEngine:
             self.close()  # the next run starts fresh workers
         trajs.sort(key=lambda t: (t.group_id, t.sample_index))
         stats = RolloutStats.of(trajs, time.monotonic() - start, retries)
-        steps = [s for t in trajs for s in split_steps(t)] if self.config.step_wise else []
+        steps = (
+            [s for t in trajs for s in training_samples(t, step_wise=True)] if self.config.step_wise else []
+        )
         return RolloutResult(trajs, stats, steps)
 
     async def _run_shard(self, actor: Any, shard: list[EpisodeJob]) -> tuple[list[Trajectory], int]:

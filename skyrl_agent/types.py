@@ -43,6 +43,7 @@ __all__ = [
     "ChatModel",
     "StopReason",
     "Trajectory",
+    "Segment",
     "RolloutConfig",
     "ObservationStyle",
 ]
@@ -222,6 +223,24 @@ ObservationStyle = Literal["messages", "inline"]
 
 
 @dataclass
+class Segment:
+    """An earlier stretch of an episode whose context was rewritten afterwards (see
+    :mod:`skyrl_agent.context`): the context the model saw and what followed it, with the same
+    invariants as a trajectory's own ids."""
+
+    prompt_ids: list[int]
+    """The context the stretch started from (the first prompt, or a rewritten history)."""
+    response_ids: list[int]
+    """Its sampled turns and the observations between them."""
+    loss_mask: list[int]
+    """1 where the policy sampled the token."""
+    rollout_logprobs: list[float] | None
+    """The sampler's logprobs (0.0 at mask-0 positions), or None."""
+    turn_spans: list[tuple[int, int]]
+    """``[start, end)`` of each turn inside ``response_ids``."""
+
+
+@dataclass
 class Trajectory:
     """One episode, ready for training (see the module docstring for the invariants)."""
 
@@ -271,6 +290,14 @@ class Trajectory:
     grade_reward: float | None = None
     """What the env's ``grade()`` hook returned (already added to the last turn's reward); None
     when the env has no grader or it was not run."""
+    segments: list[Segment] = field(default_factory=list)
+    """The stretches before each context rewrite (empty for an append-only episode); the ids,
+    mask and turn spans above are then the last stretch, while ``turn_rewards`` and
+    ``num_turns`` cover every turn. See :mod:`skyrl_agent.context`."""
+    context_strategy: str = "stop"
+    """``RolloutConfig.context_strategy`` of the episode."""
+    context_rewrites: int = 0
+    """How often the strategy rewrote the history (``len(segments)``)."""
 
     # ------------------------------------------------------------------ derived
     @property
@@ -305,6 +332,8 @@ class Trajectory:
         d = asdict(self)
         d["stop_reason"] = str(self.stop_reason)
         d["turn_spans"] = [list(s) for s in self.turn_spans]
+        for seg in d["segments"]:
+            seg["turn_spans"] = [list(x) for x in seg["turn_spans"]]
         return d
 
     @classmethod
@@ -347,6 +376,12 @@ class Trajectory:
         kw = dict(d)
         kw["stop_reason"] = StopReason(kw["stop_reason"])
         kw["turn_spans"] = [tuple(s) for s in kw.get("turn_spans", [])]
+        kw["segments"] = [
+            seg
+            if isinstance(seg, Segment)
+            else Segment(**{**seg, "turn_spans": [tuple(x) for x in seg["turn_spans"]]})
+            for seg in kw.get("segments") or []
+        ]
         return cls(**kw)
 
     def to_json(self) -> str:
@@ -404,6 +439,13 @@ class RolloutConfig:
     run repeats exactly with the same seed and policy."""
     step_wise: bool = False
     """Also emit one training sample per turn (for agents whose history is not append-only)."""
+    context_strategy: Literal["stop", "drop_observations", "summarize"] = "stop"
+    """What an episode does when the next observation and a full turn would not fit in
+    ``max_context_tokens``: ``stop`` (stop reason ``context_limit``), ``drop_observations``
+    (blank all but the last ``keep_observations`` observations and go on) or ``summarize`` (the
+    env's ``summarize_history`` hook rewrites the history). See :mod:`skyrl_agent.context`."""
+    keep_observations: int = 2
+    """``drop_observations``: how many of the most recent observations stay in full."""
     keep_messages: bool = True
     """Record the text conversation in each trajectory (for viewers)."""
 
@@ -425,6 +467,16 @@ class RolloutConfig:
             <= 0
         ):
             raise ConfigError("deadlines must be positive seconds")
+        if self.context_strategy not in ("stop", "drop_observations", "summarize"):
+            raise ConfigError(
+                f"unknown context_strategy {self.context_strategy!r}; use 'stop', 'drop_observations' or 'summarize'"
+            )
+        if self.context_strategy != "stop" and self.observation_style != "messages":
+            raise ConfigError(
+                "context_strategy rewrites the history as chat messages, so it needs observation_style='messages'"
+            )
+        if self.keep_observations < 0:
+            raise ConfigError(f"keep_observations must be >= 0, got {self.keep_observations}")
         if self.observation_style not in ("messages", "inline"):
             raise ConfigError(
                 f"unknown observation_style {self.observation_style!r}; use 'messages' or 'inline'"

@@ -127,7 +127,13 @@ def _tokens_html(t: Trajectory, tokenizer: Any) -> str:
     for tid, text in zip(t.prompt_ids, _token_texts(t.prompt_ids, tokenizer), strict=True):
         parts.append(f'<span class="tok prompt" title="prompt id {tid}">{_esc(text)}</span>')
     texts = _token_texts(t.response_ids, tokenizer)
-    ends = {end - 1: k for k, (_, end) in enumerate(t.turn_spans) if end > 0}
+    earlier = sum(len(seg.turn_spans) for seg in t.segments)  # turns before a context rewrite
+    if t.segments:
+        parts.append(
+            f'<p class="note">the context was rewritten {t.context_rewrites} time(s) ({_esc(t.context_strategy)}); '
+            f"these are the tokens of the last stretch, from turn {earlier + 1}</p>"
+        )
+    ends = {end - 1: earlier + k for k, (_, end) in enumerate(t.turn_spans) if end > 0}
     for i, (tid, text) in enumerate(zip(t.response_ids, texts, strict=True)):
         mask = t.loss_mask[i]
         tip = f"id {tid}, loss mask {mask}"

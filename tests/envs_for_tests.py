@@ -71,3 +71,26 @@ class CoinEnv(BaseTextEnv):
         self.turns += 1
         reward = 1.0 if sum(map(ord, action)) % 2 == 0 else 0.0
         return BaseTextEnvStepOutput(observations=[], reward=reward, done=True, metadata={})
+
+
+class LogsEnv(BaseTextEnv):
+    """Four turns, each answered with a long log excerpt (about 70 tokens); at the end a reward
+    of 1 when the actions' character codes sum to an even number (a coin flip for a random
+    model). In a small context the logs overflow it, so the context strategies have work."""
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        self.turns += 1
+        self.actions = [*getattr(self, "actions", []), action]
+        done = self.turns >= 4
+        reward = float(sum(map(ord, "".join(self.actions))) % 2 == 0) if done else 0.0
+        obs = f"log {self.turns}: " + "lorem ipsum dolor sit amet " * 12
+        return BaseTextEnvStepOutput(
+            observations=[{"role": "user", "content": obs}], reward=reward, done=done
+        )
+
+    @classmethod
+    def bundled_rows(cls, split: str = "train", n: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+        return [
+            {"id": f"{split}-{i}", "prompt": [{"role": "user", "content": f"Read the logs of job {i}."}]}
+            for i in range(n or 20)
+        ]

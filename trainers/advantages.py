@@ -38,6 +38,7 @@ __all__ = [
     "reinforce_pp_advantages",
     "gae_advantages",
     "compute_advantages",
+    "episode_advantages",
 ]
 
 
@@ -386,3 +387,25 @@ def compute_advantages(
             values_BT = need(values_BT, "values_BT (the critic's value of each token)")
             return gae_advantages(token_rewards_BT, values_BT, mask_BT, gamma=gamma, lam=lam, eps=eps)
     raise ValueError(f"unknown advantage estimator {name!r}")
+
+
+def episode_advantages(
+    name: AdvantageEstimator | str, rewards_E: torch.Tensor, group_ids_E: torch.Tensor
+) -> torch.Tensor:
+    """One advantage per episode (``E``) from its total reward, for training on several samples
+    per episode (a stretch or a turn each; see :func:`skyrl_agent.context.training_samples`):
+    every sample of an episode gets the episode's advantage, and each episode counts once in its
+    group's baseline however many samples it has. For the outcome estimators (``grpo``,
+    ``dr_grpo``, ``rloo``; ``reinforce_pp`` whitens the episode rewards over the batch); ``gae``
+    needs per-token values and raises :class:`ConfigError`."""
+    kind = parse_choice(AdvantageEstimator, name)
+    if kind == AdvantageEstimator.GAE:
+        raise ConfigError(
+            "per-episode advantages need an outcome estimator (grpo, dr_grpo, rloo, reinforce_pp), not gae"
+        )
+    rewards_E = rewards_E.to(torch.float32)
+    ones_E1 = torch.ones(rewards_E.shape[0], 1)  # E x 1: each episode as one "token"
+    out = compute_advantages(
+        kind, ones_E1, rewards_B=rewards_E, group_ids_B=group_ids_E, token_rewards_BT=rewards_E[:, None]
+    )
+    return out.advantages_BT[:, 0]  # E

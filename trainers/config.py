@@ -150,6 +150,17 @@ class TrainConfig:
     """Truncated importance sampling: the upper bound of the weight ``exp(old - rollout)``."""
     skip_equal_reward_groups: bool = True
     """Leave out groups whose samples all got the same reward (they carry no GRPO signal)."""
+    step_wise: bool = False
+    """Train one sample per turn (its own prompt: everything the model saw before it), each with
+    its episode's advantage, instead of one sample per episode. For agents whose history is not
+    append-only; episodes whose context was rewritten (``context_strategy``) are always trained
+    one sample per stretch. Needs an outcome advantage (not ``gae``)."""
+    context_strategy: Literal["stop", "drop_observations", "summarize"] = "stop"
+    """When the next observation and a full turn would not fit in ``max_context_tokens``: stop the
+    episode, drop the oldest observations beyond ``keep_observations``, or call the env's
+    ``summarize_history`` hook; see :mod:`skyrl_agent.context`."""
+    keep_observations: int = 2
+    """``drop_observations``: the most recent observations kept in full."""
     dynamic_sampling: bool = False
     """DAPO's dynamic sampling (Yu et al. 2025): when groups are left out as equal-reward, keep
     sampling new prompts until the step has ``prompts_per_step`` informative groups (or
@@ -237,6 +248,12 @@ class TrainConfig:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if self.group_size < 2 and self.advantage in ("grpo", "dr_grpo", "rloo"):
             raise ConfigError(f"{self.advantage} needs group_size >= 2 (a baseline from the other samples)")
+        if (self.step_wise or self.context_strategy != "stop") and self.advantage == "gae":
+            raise ConfigError(
+                "step-wise samples (step_wise, or a context_strategy that rewrites the history) take "
+                "their episode's advantage, which needs an outcome estimator: use grpo, dr_grpo, rloo "
+                "or reinforce_pp, not gae"
+            )
         if self.dynamic_sampling and not self.skip_equal_reward_groups:
             raise ConfigError(
                 "dynamic_sampling replaces equal-reward groups with new ones, so it needs "

@@ -39,9 +39,10 @@ from typing import Any
 
 import torch
 
+from skyrl_agent.context import training_samples
 from skyrl_agent.types import PromptItem, Trajectory
 from skyrl_gym.errors import ConfigError
-from trainers.advantages import compute_advantages
+from trainers.advantages import compute_advantages, episode_advantages
 from trainers.async_rollouts import AsyncRollouts
 from trainers.batch import collate
 from trainers.config import TrainConfig
@@ -209,25 +210,40 @@ def _update(
     the step's training metrics. Rows flagged in ``no_loss`` (overlong filtering) keep their
     reward in their group's baseline but train no token."""
     cfg, dist = learner.cfg, learner.dist
-    batch = collate(trainable, pad_id=learner.policy.pad_token_id).to(dist.device)
-    if no_loss and any(no_loss):
-        batch.mask_BT[torch.tensor(no_loss, device=batch.mask_BT.device)] = 0.0
-    if learner.critic is not None:
-        batch.old_values_BT = score_values(
-            learner.model, learner.critic, batch, cfg.micro_batch_size, cfg.bf16
-        )
-    adv = compute_advantages(
-        cfg.advantage,
-        batch.mask_BT,
-        rewards_B=batch.rewards_B,
-        group_ids_B=batch.group_ids_B,
-        token_rewards_BT=batch.token_rewards_BT,
-        values_BT=batch.old_values_BT,
-        gamma=cfg.gamma,
-        lam=cfg.gae_lambda,
+    # several samples per episode (each turn, or each stretch of a rewritten history), or one
+    per_step = cfg.step_wise or any(t.segments for t in trainable)
+    owner = (
+        [i for i, t in enumerate(trainable) for _ in training_samples(t, cfg.step_wise)] if per_step else []
     )
-    batch.advantages_BT = adv.advantages_BT
-    batch.returns_BT = adv.returns_BT
+    samples = [s for t in trainable for s in training_samples(t, cfg.step_wise)] if per_step else trainable
+    batch = collate(samples, pad_id=learner.policy.pad_token_id).to(dist.device)
+    if no_loss and any(no_loss):
+        rows = [no_loss[i] for i in owner] if per_step else no_loss
+        batch.mask_BT[torch.tensor(rows, device=batch.mask_BT.device)] = 0.0
+    if per_step:  # every sample gets its episode's advantage; each episode counts once
+        adv_E = episode_advantages(
+            cfg.advantage,
+            torch.tensor([t.reward for t in trainable]),
+            torch.tensor([t.group_id for t in trainable]),
+        ).to(batch.mask_BT.device)
+        batch.advantages_BT = adv_E[torch.tensor(owner, device=adv_E.device)][:, None] * batch.mask_BT
+    else:
+        if learner.critic is not None:
+            batch.old_values_BT = score_values(
+                learner.model, learner.critic, batch, cfg.micro_batch_size, cfg.bf16
+            )
+        adv = compute_advantages(
+            cfg.advantage,
+            batch.mask_BT,
+            rewards_B=batch.rewards_B,
+            group_ids_B=batch.group_ids_B,
+            token_rewards_BT=batch.token_rewards_BT,
+            values_BT=batch.old_values_BT,
+            gamma=cfg.gamma,
+            lam=cfg.gae_lambda,
+        )
+        batch.advantages_BT = adv.advantages_BT
+        batch.returns_BT = adv.returns_BT
     stats = train_step(
         learner.model,
         learner.optimizer,
@@ -239,6 +255,8 @@ def _update(
         critic=learner.critic,
     )
     metrics: dict[str, Any] = {**stats.as_dict(), "train_seconds": stats.seconds}
+    if per_step:
+        metrics["samples_per_episode"] = len(samples) / len(trainable)
     sync_s = learner.sync_sampler()  # in flight: lands between the sampler's batches
     if sync_s is not None:
         metrics["sync_seconds"] = sync_s

@@ -37,6 +37,8 @@ def rollout_config(cfg: TrainConfig, n_samples: int, seed: int) -> RolloutConfig
         max_tokens_per_turn=cfg.max_tokens_per_turn,
         max_context_tokens=cfg.max_context_tokens,
         observation_style=cfg.observation_style,
+        context_strategy=cfg.context_strategy,
+        keep_observations=cfg.keep_observations,
         sampling=SamplingParams(
             temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens_per_turn, stop=cfg.stop
         ),
@@ -167,6 +169,7 @@ def rollout_metrics(
         "prompts_drawn": rb.prompts_drawn,
         "response_tokens_mean": sum(t.num_generated_tokens for t in good) / max(len(good), 1),
         "turns_mean": sum(t.num_turns for t in good) / max(len(good), 1),
+        "context_rewrites_mean": sum(t.context_rewrites for t in good) / max(len(good), 1),
         "gen_seconds": rb.gen_seconds,
         "wait_seconds": wait_s,
         "policy_version": rb.policy_version,
