@@ -225,6 +225,9 @@ class TrainConfig:
     """Seed for data order, sampling and initialization."""
     threads: int = 0
     """torch CPU threads (0: torch's default)."""
+    report_to: tuple[str, ...] = ("tensorboard",)
+    """Experiment trackers besides ``metrics.jsonl``: any of ``tensorboard``, ``wandb``,
+    ``mlflow`` (space- or comma-separated; none for none). See :mod:`trainers.trackers`."""
     progress: bool = True
     """Print a progress line per step."""
 
@@ -286,6 +289,13 @@ class TrainConfig:
             )
         if isinstance(self.stop, str):
             raise ConfigError("stop must be a tuple of strings")
+        names = tuple(n.strip() for item in self.report_to for n in str(item).split(",") if n.strip())
+        object.__setattr__(self, "report_to", tuple(n for n in names if n != "none"))
+        unknown = [n for n in self.report_to if n not in ("tensorboard", "wandb", "mlflow")]
+        if unknown:
+            raise ConfigError(
+                f"unknown tracker(s) {unknown} in report_to; choose from tensorboard, wandb, mlflow"
+            )
         parse_env_config(self.env_config)  # fail at once on a malformed item
         parse_choice(AdvantageEstimator, self.advantage)
         parse_choice(PolicyLossType, self.loss)

@@ -56,6 +56,7 @@ from trainers.resume import RunFiles, open_run, restore, save
 from trainers.rollouts import rollout_metrics, rollout_step, select_trainable
 from trainers.shaping import is_truncated, shape_overlong
 from trainers.step import train_step
+from trainers.trackers import open_trackers
 
 __all__ = ["TrainResult", "train"]
 
@@ -120,7 +121,11 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
     sampler = PromptSampler(items, seed=cfg.seed)
     start_step, baseline = restore(run, learner, sampler, say)
     learner.sync_sampler()  # the sampler starts from the (possibly resumed) trained weights
-    logger = MetricsLogger(run.path) if dist.is_main else None
+    logger = (
+        MetricsLogger(run.path, trackers=open_trackers(cfg.report_to, run.path, dataclasses.asdict(cfg)))
+        if dist.is_main
+        else None
+    )
     sampler_state = sampler.state_dict()  # the position after the last consumed batch
     evaluate_now = functools.partial(_evaluate, learner, eval_items, logger, say)
     produce = functools.partial(rollout_step, learner.policy, sampler, cfg, dist)
@@ -172,8 +177,9 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
     elapsed = time.perf_counter() - t0
     plot: Path | None = None
     if logger is not None:
-        logger.close()
         plot = plot_metrics(run.path)
+        logger.log_file(plot)
+        logger.close()
         _write_summary(run, cfg, dist, baseline, final, elapsed, plot)
     learner.close()
     return TrainResult(

@@ -1,4 +1,4 @@
-"""Metrics to JSONL (always), TensorBoard (when installed) and PNG plots in the run directory.
+"""Metrics to JSONL (always), the run's trackers (TensorBoard, W&B, MLflow) and PNG plots.
 
 Every record is one JSON line ``{"step": N, "kind": "train" | "eval", ...}`` in
 ``<run_dir>/metrics.jsonl``. On resume, :func:`truncate_jsonl` drops lines written after the
@@ -8,11 +8,13 @@ checkpoint's step, so the file never holds a step twice.
 from __future__ import annotations
 
 import json
-import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from skyrl_gym.errors import ConfigError
+from trainers.trackers import Tracker, numeric, open_trackers
 
 __all__ = ["MetricsLogger", "truncate_jsonl", "read_jsonl", "plot_metrics"]
 
@@ -45,38 +47,44 @@ def truncate_jsonl(path: str | os.PathLike, max_step: int, key: str = "step") ->
 
 
 class MetricsLogger:
-    """Append metrics records to ``metrics.jsonl`` and, if available, TensorBoard."""
+    """Append metrics records to ``metrics.jsonl`` and hand their numbers to the run's trackers
+    (:mod:`trainers.trackers`: TensorBoard, W&B, MLflow)."""
 
-    def __init__(self, run_dir: str | os.PathLike, tensorboard: bool = True) -> None:
+    def __init__(
+        self, run_dir: str | os.PathLike, tensorboard: bool = True, trackers: Sequence[Tracker] | None = None
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
-        self._tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
-            except ImportError:
-                self._tb = None
+        if trackers is None:  # TensorBoard when installed, as before trackers were configurable
+            trackers = []
+            if tensorboard:
+                try:
+                    trackers = open_trackers(["tensorboard"], self.run_dir, {})
+                except ConfigError:
+                    trackers = []
+        self.trackers = list(trackers)
 
     def log(self, step: int, kind: str, values: Mapping[str, Any]) -> None:
-        """Write one record; numeric values also go to TensorBoard as ``kind/name``."""
+        """Write one record; its numeric values also go to every tracker as ``kind/name``."""
         record = {"step": step, "kind": kind, **values}
         with open(self.path, "a") as fh:
             fh.write(json.dumps(record, default=float) + "\n")
             fh.flush()
-        if self._tb is not None:
-            for name, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                    self._tb.add_scalar(f"{kind}/{name}", value, step)
-            self._tb.flush()
+        nums = numeric(values)
+        for tracker in self.trackers:
+            tracker.log(step, kind, nums)
+
+    def log_file(self, path: str | os.PathLike) -> None:
+        """Hand a file made at the end (the plot) to the trackers."""
+        for tracker in self.trackers:
+            tracker.log_file(Path(path))
 
     def close(self) -> None:
-        """Flush and close TensorBoard."""
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        """Flush and finish every tracker (idempotent)."""
+        for tracker in self.trackers:
+            tracker.close()
+        self.trackers = []
 
 
 _PANELS = (
