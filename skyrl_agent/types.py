@@ -475,8 +475,10 @@ class RolloutConfig:
             raise ConfigError(
                 "context_strategy rewrites the history as chat messages, so it needs observation_style='messages'"
             )
-        if self.keep_observations < 0:
-            raise ConfigError(f"keep_observations must be >= 0, got {self.keep_observations}")
+        if self.keep_observations < 1:
+            raise ConfigError(
+                f"keep_observations must be >= 1 (the newest observation is always shown), got {self.keep_observations}"
+            )
         if self.observation_style not in ("messages", "inline"):
             raise ConfigError(
                 f"unknown observation_style {self.observation_style!r}; use 'messages' or 'inline'"

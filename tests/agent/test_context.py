@@ -119,3 +119,5 @@ def test_summariser_mistakes(tokenizer):
     assert traj.masked and traj.stop_reason == StopReason.ENV_ERROR and "list of messages" in traj.error
     with pytest.raises(ConfigError, match="observation_style"):
         RolloutConfig(context_strategy="drop_observations", observation_style="inline")
+    with pytest.raises(ConfigError, match="newest observation"):
+        RolloutConfig(context_strategy="drop_observations", keep_observations=0)

@@ -22,6 +22,10 @@ def test_episode_advantages_count_each_episode_once():
         episode_advantages("gae", torch.tensor([1.0]), torch.tensor([0]))
     with pytest.raises(ConfigError, match="gae"):
         TrainConfig(step_wise=True, advantage="gae")
+    with pytest.raises(ConfigError, match="newest observation"):
+        TrainConfig(context_strategy="drop_observations", keep_observations=0)
+    with pytest.raises(ConfigError, match="observation_style"):
+        TrainConfig(context_strategy="summarize", observation_style="inline")
 
 
 @pytest.mark.slow
