@@ -24,7 +24,7 @@ The OpenAPI document lists each route's request body and exactly these status co
 
 import json
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from integrations.tinker._requests import (
     CreateModelBody,
@@ -191,6 +191,7 @@ def build_app(state: ServerState) -> Any:
 
     _session_routes(app, state, error)
     _training_routes(app, state, fastapi)
+    _run_routes(app, state, fastapi)
     _sampling_routes(app, state)
     _future_routes(app, state)
     _document_errors_as_400(app)
@@ -329,6 +330,32 @@ def _training_routes(app: Any, state: ServerState, fastapi: Any) -> None:
         rid = state.futures.new("unload_model")
         state.futures.finish(rid, {"model_id": model_id, "type": "unload_model"})
         return _future(rid, model_id=model_id)
+
+
+def _run_routes(app: Any, state: ServerState, fastapi: Any) -> None:
+    """What the client's ``RestClient`` reads: training runs and their checkpoints."""
+    query = fastapi.Query
+
+    @app.get("/api/v1/training_runs", responses=_errors())
+    async def training_runs(
+        limit: int = query(20, ge=1, le=1000),
+        offset: int = query(0, ge=0),
+        access_scope: Literal["owned", "accessible"] = "owned",
+        project_id: str | None = query(None, max_length=256),
+    ) -> Any:
+        return state.training_runs(limit, offset)  # one owner here: both scopes are every run
+
+    @app.get("/api/v1/training_runs/{model_id}", responses=_errors(404))
+    async def training_run(model_id: str, access_scope: Literal["owned", "accessible"] = "owned") -> Any:
+        return state.training_run(model_id)
+
+    @app.get("/api/v1/training_runs/{model_id}/checkpoints", responses=_errors(404))
+    async def run_checkpoints(model_id: str) -> Any:
+        return state.checkpoints(model_id)
+
+    @app.get("/api/v1/checkpoints", responses=_errors())
+    async def all_checkpoints(limit: int = query(100, ge=1, le=10_000), offset: int = query(0, ge=0)) -> Any:
+        return state.checkpoints(None, limit, offset)
 
 
 def _sampling_routes(app: Any, state: ServerState) -> None:

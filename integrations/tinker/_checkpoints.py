@@ -14,6 +14,7 @@ never a path on the host.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -27,7 +28,7 @@ import torch
 from integrations.tinker._models import TrainingModel
 from integrations.tinker.types import CheckpointKind, LoraSpec, TinkerPath, TinkerRequestError
 
-__all__ = ["StoredCheckpoint", "save", "load", "local_dir"]
+__all__ = ["StoredCheckpoint", "save", "load", "local_dir", "listing"]
 
 _FORMAT = "skyrl-tinker-checkpoint-1"
 
@@ -62,9 +63,15 @@ def local_dir(root: str | os.PathLike[str], path: TinkerPath) -> Path:
 
 
 def save(
-    root: str | os.PathLike[str], tm: TrainingModel, kind: CheckpointKind, name: str, overwrite: bool
+    root: str | os.PathLike[str],
+    tm: TrainingModel,
+    kind: CheckpointKind,
+    name: str,
+    overwrite: bool,
+    user_metadata: dict[str, str] | None = None,
 ) -> TinkerPath:
-    """Write ``tm``'s trained parameters (and, for ``weights``, its optimizer state)."""
+    """Write ``tm``'s trained parameters (and, for ``weights``, its optimizer state), with the
+    client's ``user_metadata``."""
     path = TinkerPath(tm.model_id, kind, name)
     final = local_dir(root, path)
     if final.exists() and not overwrite:
@@ -86,6 +93,7 @@ def save(
             "lora": tm.lora.to_dict() if tm.lora else None,
             "steps": tm.steps,
             "params": list(tm.params),
+            "user_metadata": user_metadata,
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         if final.exists():
@@ -128,3 +136,43 @@ def load(root: str | os.PathLike[str], path: TinkerPath, with_optimizer: bool) -
         raise TinkerRequestError(
             f"checkpoint {path} is damaged and cannot be read ({type(exc).__name__}); save it again"
         ) from None
+
+
+_TYPES = {CheckpointKind.STATE: "training", CheckpointKind.SAMPLER: "sampler"}
+
+
+def listing(root: str | os.PathLike[str], model_id: str) -> list[dict[str, Any]]:
+    """The checkpoints of ``model_id`` on disk, oldest first, as the client's ``Checkpoint``
+    (``checkpoint_id`` ``weights/<name>`` or ``sampler_weights/<name>``, type, time, path, size,
+    user metadata). ``model_id`` must be a plain id (the caller checks)."""
+    base = Path(root).resolve() / model_id
+    out: list[tuple[int, dict[str, Any]]] = []
+    for kind, ctype in _TYPES.items():
+        top = base / kind.value
+        if not top.is_dir():
+            continue
+        for meta_file in top.rglob("meta.json"):
+            where = meta_file.parent
+            if any(part.startswith(".") for part in where.relative_to(top).parts):  # a write in progress
+                continue
+            try:
+                meta = json.loads(meta_file.read_text())
+            except (OSError, ValueError):
+                continue
+            name = where.relative_to(top).as_posix()
+            mtime = meta_file.stat().st_mtime_ns
+            out.append(
+                (
+                    mtime,
+                    {
+                        "checkpoint_id": f"{kind.value}/{name}",
+                        "checkpoint_type": ctype,
+                        "time": datetime.datetime.fromtimestamp(mtime / 1e9, datetime.UTC).isoformat(),
+                        "tinker_path": str(TinkerPath(model_id, kind, name)),
+                        "size_bytes": sum(f.stat().st_size for f in where.iterdir() if f.is_file()),
+                        "public": False,
+                        "user_metadata": meta.get("user_metadata") or None,
+                    },
+                )
+            )
+    return [c for _, c in sorted(out, key=lambda pair: pair[0])]

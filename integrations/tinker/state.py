@@ -9,10 +9,14 @@ queued jobs have run.
 
 from __future__ import annotations
 
+import datetime
+import json
+import os
 import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from integrations.tinker import _checkpoints, _ops
@@ -36,6 +40,7 @@ from integrations.tinker._requests import (
 )
 from integrations.tinker._wire import FwdBwdRequest
 from integrations.tinker.types import (
+    _MODEL_ID,
     CheckpointKind,
     LoraSpec,
     TinkerPath,
@@ -69,6 +74,10 @@ class ModelRecord:
     base_model: str
     lora: LoraSpec | None
     trained: TrainingModel | None = None
+    user_metadata: dict[str, str] | None = None
+    """What the client passed as ``user_metadata`` when it created the model."""
+    last_request: float = field(default_factory=time.time)
+    """Wall time of the model's latest request (``training_runs``' ``last_request_time``)."""
 
 
 @dataclass
@@ -148,7 +157,12 @@ class ServerState:
         return record
 
     def _new_model(
-        self, session_id: str, model_seq_id: int | None, base_model: str | None, lora: LoraSpec | None
+        self,
+        session_id: str,
+        model_seq_id: int | None,
+        base_model: str | None,
+        lora: LoraSpec | None,
+        user_metadata: dict[str, Any] | None = None,
     ) -> ModelRecord:
         session = self.session(session_id)
         if model_seq_id is None or model_seq_id < 0:
@@ -156,7 +170,9 @@ class ServerState:
         model_id = f"{session_id}:train:{model_seq_id}"  # the id the client derives itself
         if model_id in self.models:
             raise TinkerRequestError(f"model {model_id} already exists (model_seq_id {model_seq_id} reused)")
-        record = ModelRecord(model_id, session_id, base_model or "", lora)
+        record = ModelRecord(
+            model_id, session_id, base_model or "", lora, user_metadata=_strings(user_metadata)
+        )
         self.models[model_id] = record
         session.model_ids.append(model_id)
         self.scheduler.open_model(model_id)
@@ -182,12 +198,15 @@ class ServerState:
         _check_optimizer(body.optimizer_config)
         if not body.base_model:
             raise TinkerRequestError("create_model needs base_model")
-        record = self._new_model(body.session_id, body.model_seq_id, body.base_model, lora)
+        record = self._new_model(
+            body.session_id, body.model_seq_id, body.base_model, lora, body.user_metadata
+        )
         rid = self.futures.new("create_model")
 
         def job() -> Outcome:
             base = self.base_models.get(record.base_model)
             record.trained = build_training_model(record.model_id, base, record.lora, self.config)
+            self._remember_run(record)
             return {"model_id": record.model_id, "type": "create_model"}
 
         self.scheduler.run(rid, self._guard(record, job))
@@ -240,6 +259,8 @@ class ServerState:
             self.futures.finish(rid, error=exc)
             return rid
 
+        record.last_request = time.time()
+
         def job() -> Outcome:
             if record.trained is None:
                 raise TinkerRequestError(f"model {model_id} failed to be created; create a new one")
@@ -274,8 +295,10 @@ class ServerState:
         root, overwrite = self.config.checkpoint_dir, body.overwrite
         name = body.path or f"step-{uuid.uuid4().hex[:8]}"
 
+        meta = _strings(body.user_metadata)
+
         def work(tm: TrainingModel) -> Outcome:
-            path = _checkpoints.save(root, tm, CheckpointKind.STATE, check_name(name), overwrite)
+            path = _checkpoints.save(root, tm, CheckpointKind.STATE, check_name(name), overwrite, meta)
             return {"path": str(path), "type": "save_weights"}
 
         return self._ordered("save_weights", body.model_id, body.seq_id, work)
@@ -289,8 +312,10 @@ class ServerState:
             root = self.config.checkpoint_dir
             overwrite = True  # the client has no overwrite flag here; a name is saved again on reuse
 
+            meta = _strings(body.user_metadata)
+
             def named(tm: TrainingModel) -> Outcome:
-                path = _checkpoints.save(root, tm, CheckpointKind.SAMPLER, check_name(name), overwrite)
+                path = _checkpoints.save(root, tm, CheckpointKind.SAMPLER, check_name(name), overwrite, meta)
                 return {"path": str(path), "type": "save_weights_for_sampler"}
 
             return self._ordered("save_weights_for_sampler", model_id, body.seq_id, named)
@@ -323,7 +348,9 @@ class ServerState:
             rid = self.futures.new("load_weights")
             try:
                 _check_optimizer(body.optimizer_config)
-                record = self._new_model(body.session_id, body.model_seq_id, body.base_model, None)
+                record = self._new_model(
+                    body.session_id, body.model_seq_id, body.base_model, None, body.user_metadata
+                )
             except TinkerRequestError as exc:
                 self.futures.finish(rid, error=exc)
                 return rid
@@ -338,6 +365,7 @@ class ServerState:
                     tm.optimizer.load_state_dict(ckpt.optimizer)
                     tm.steps = ckpt.steps
                 record.trained = tm
+                self._remember_run(record)
                 return {"path": str(path), "model_id": record.model_id, "type": "load_weights"}
 
             self.scheduler.run(rid, self._guard(record, create))
@@ -356,6 +384,94 @@ class ServerState:
             return {"path": str(path), "model_id": tm.model_id, "type": "load_weights"}
 
         return self._ordered("load_weights", body.model_id or "", body.seq_id, into)
+
+    # ------------------------------------------------------------------ training runs
+    def _remember_run(self, record: ModelRecord) -> None:
+        """``<checkpoint_dir>/<model_id>/run.json``: what ``training_runs`` reports about the model,
+        kept beside its checkpoints so it outlives the model in memory (and the server)."""
+        where = Path(self.config.checkpoint_dir) / record.model_id
+        where.mkdir(parents=True, exist_ok=True)
+        info = {
+            "base_model": record.base_model,
+            "lora_rank": record.lora.rank if record.lora else None,
+            "user_metadata": record.user_metadata,
+            "created": time.time(),
+        }
+        tmp = where / f".run.json.{uuid.uuid4().hex[:8]}"
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, where / "run.json")
+
+    def _run_ids(self) -> list[str]:
+        """Every training run: the models in memory and those with a ``run.json`` on disk."""
+        root = Path(self.config.checkpoint_dir)
+        on_disk = {p.parent.name for p in root.glob("*/run.json")} if root.is_dir() else set()
+        return sorted(set(self.models) | on_disk)
+
+    def training_run(self, model_id: str) -> dict[str, Any]:
+        """The client's ``TrainingRun`` for ``model_id`` (``GET /training_runs/{model_id}``)."""
+        record = self.models.get(model_id)
+        if not _MODEL_ID.fullmatch(model_id) or (
+            record is None and not (Path(self.config.checkpoint_dir) / model_id / "run.json").is_file()
+        ):
+            raise TinkerRequestError(f"unknown training run {model_id!r}", status=404)
+        if record is not None:
+            base, rank, meta, last = (
+                record.base_model,
+                (record.lora.rank if record.lora else None),
+                record.user_metadata,
+                record.last_request,
+            )
+        else:
+            info = json.loads((Path(self.config.checkpoint_dir) / model_id / "run.json").read_text())
+            base, rank, meta = info["base_model"], info.get("lora_rank"), info.get("user_metadata")
+            last = float(info.get("created", 0.0))
+        checkpoints = _checkpoints.listing(self.config.checkpoint_dir, model_id)
+        if checkpoints:
+            last = max(last, max(datetime.datetime.fromisoformat(c["time"]).timestamp() for c in checkpoints))
+        latest = {
+            t: next((c for c in reversed(checkpoints) if c["checkpoint_type"] == t), None)
+            for t in ("training", "sampler")
+        }
+        return {
+            "training_run_id": model_id,
+            "base_model": base,
+            "model_owner": self.config.owner,
+            "is_lora": rank is not None,
+            "corrupted": False,
+            "lora_rank": rank,
+            "last_request_time": datetime.datetime.fromtimestamp(last, datetime.UTC).isoformat(),
+            "last_checkpoint": latest["training"],
+            "last_sampler_checkpoint": latest["sampler"],
+            "user_metadata": meta,
+        }
+
+    def training_runs(self, limit: int, offset: int) -> dict[str, Any]:
+        """``GET /training_runs``: the runs, newest request first, one page."""
+        runs = sorted(
+            (self.training_run(i) for i in self._run_ids()),
+            key=lambda r: r["last_request_time"],
+            reverse=True,
+        )
+        return {
+            "training_runs": runs[offset : offset + limit],
+            "cursor": {"offset": offset, "limit": limit, "total_count": len(runs)},
+        }
+
+    def checkpoints(
+        self, model_id: str | None = None, limit: int | None = None, offset: int = 0
+    ) -> dict[str, Any]:
+        """``GET /training_runs/{model_id}/checkpoints`` (one run's, unpaginated) or
+        ``GET /checkpoints`` (every run's, newest first, one page)."""
+        if model_id is not None:
+            self.training_run(model_id)  # 404 for an unknown run
+            return {"checkpoints": _checkpoints.listing(self.config.checkpoint_dir, model_id), "cursor": None}
+        every = [c for i in self._run_ids() for c in _checkpoints.listing(self.config.checkpoint_dir, i)]
+        every.sort(key=lambda c: c["time"], reverse=True)
+        n = limit if limit is not None else len(every)
+        return {
+            "checkpoints": every[offset : offset + n],
+            "cursor": {"offset": offset, "limit": n, "total_count": len(every)},
+        }
 
     # ------------------------------------------------------------------ sampling
     def create_sampling_session(self, body: CreateSamplingSessionBody) -> str:
@@ -444,6 +560,13 @@ class ServerState:
         """Stop the worker and free the sampling models. Idempotent."""
         self.scheduler.shutdown()
         self.samplers.close()
+
+
+def _strings(meta: dict[str, Any] | None) -> dict[str, str] | None:
+    """``user_metadata`` as the client's ``dict[str, str]`` (other values as JSON text)."""
+    if not meta:
+        return None
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()}
 
 
 def _check_optimizer(cfg: OptimizerConfigBody | None) -> None:

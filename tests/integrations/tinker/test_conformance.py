@@ -40,6 +40,11 @@ EXPECTED_ROUTES = {
     ("POST", "/api/v1/asample"),
     ("POST", "/api/v1/retrieve_future"),
     ("POST", "/api/v1/sessions/{session_id}/finish"),
+    # RestClient: a resumed cookbook run reads its run's metadata (renderer_name) from these
+    ("GET", "/api/v1/training_runs/{model_id}"),
+    ("GET", "/api/v1/training_runs"),
+    ("GET", "/api/v1/training_runs/{model_id}/checkpoints"),
+    ("GET", "/api/v1/checkpoints"),
 }
 
 
@@ -52,7 +57,9 @@ def test_every_route_of_the_loop_is_served(tmp_path):
     flags = (("use_pyqwest_transport", True), ("proto_compress_fwdbwd", True))
     with TinkerServer(TinkerServerConfig(checkpoint_dir=str(tmp_path), client_flags=flags)) as server:
         client = tinker.ServiceClient(base_url=server.url, api_key="tml-conformance")
-        training = client.create_lora_training_client(TINY_RANDOM_MODEL, rank=4, seed=0).result()
+        training = client.create_lora_training_client(
+            TINY_RANDOM_MODEL, rank=4, seed=0, user_metadata={"renderer_name": "role_colon"}
+        ).result()
         tokenizer = training.get_tokenizer()  # offline: loaded from the tokenizer_id directory
         seq = tokenizer.encode("Tinker conformance: every route answers.")
         datum = types.Datum(
@@ -76,8 +83,44 @@ def test_every_route_of_the_loop_is_served(tmp_path):
         from_path.sample(types.ModelInput.from_ints(seq[:3]), 1, types.SamplingParams(max_tokens=2)).result()
         restored = client.create_training_client_from_state_with_optimizer(state_path).result()
         assert restored.model_id.endswith(":train:1")
+        rest = client.create_rest_client()
+        run = rest.get_training_run(training.model_id).result()
+        assert run.user_metadata == {"renderer_name": "role_colon"} and run.is_lora and run.lora_rank == 4
+        assert run.base_model == TINY_RANDOM_MODEL
+        assert run.last_checkpoint.tinker_path == state_path
+        assert run.last_sampler_checkpoint.tinker_path == sampler_path
+        runs = rest.list_training_runs(limit=10).result()
+        assert {r.training_run_id for r in runs.training_runs} == {training.model_id, restored.model_id}
+        assert runs.cursor.total_count == 2
+        listed = rest.list_checkpoints(training.model_id).result().checkpoints
+        assert {c.tinker_path for c in listed} == {state_path, sampler_path}
+        assert {c.checkpoint_type for c in listed} == {"training", "sampler"} and all(
+            c.size_bytes for c in listed
+        )
+        assert len(rest.list_user_checkpoints().result().checkpoints) == 2
         client.close("success").result()
         seen = {(method, route) for method, route, _ in server.state.requests}
         failed = [r for r in server.state.requests if r[2] >= 400]
     assert not failed, failed
     assert EXPECTED_ROUTES <= seen, EXPECTED_ROUTES - seen
+
+
+@pytest.mark.slow
+def test_training_runs_outlive_the_server(tmp_path):
+    """A run's metadata and checkpoints are on disk beside each other, so a restarted server (or
+    another one on the same directory) still answers for them."""
+    with TinkerServer(TinkerServerConfig(checkpoint_dir=str(tmp_path))) as server:
+        client = tinker.ServiceClient(base_url=server.url, api_key="tml-conformance")
+        training = client.create_lora_training_client(
+            TINY_RANDOM_MODEL, rank=4, seed=0, user_metadata={"renderer_name": "role_colon", "step": "3"}
+        ).result()
+        path = training.save_state("after-3").result().path
+        model_id = training.model_id
+        client.close("success").result()
+    with TinkerServer(TinkerServerConfig(checkpoint_dir=str(tmp_path))) as server:
+        rest = tinker.ServiceClient(base_url=server.url, api_key="tml-conformance").create_rest_client()
+        run = rest.get_training_run(model_id).result()
+        assert run.user_metadata == {"renderer_name": "role_colon", "step": "3"} and run.lora_rank == 4
+        assert run.last_checkpoint.tinker_path == path and run.last_sampler_checkpoint is None
+        with pytest.raises(tinker.NotFoundError):
+            rest.get_training_run("no-such-run").result()
