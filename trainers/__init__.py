@@ -22,6 +22,7 @@ from trainers.kl import kl_estimate, kl_loss, kl_penalized_rewards
 from trainers.logprobs import entropy_from_logits, token_logprobs_from_logits
 from trainers.losses import (
     cispo_loss,
+    dro_loss,
     entropy_bonus_loss,
     gspo_loss,
     importance_sampling_loss,
@@ -69,6 +70,7 @@ __all__ = [
     "grpo_advantages",
     "gspo_loss",
     "importance_sampling_loss",
+    "dro_loss",
     "kl_estimate",
     "kl_loss",
     "kl_penalized_rewards",

@@ -123,6 +123,8 @@ class TrainConfig:
     MiniMax-M1)."""
     cispo_eps_high: float = PolicyLossConfig.cispo_eps_high
     """CISPO: the IS weight is clipped above at ``1 + cispo_eps_high``."""
+    dro_beta: float = PolicyLossConfig.dro_beta
+    """``--loss dro``: the weight of the squared log-ratio penalty to the sampling policy."""
     norm_constant: float | None = None
     """``seq_mean_token_sum_norm`` (Dr. GRPO) divides the summed loss by ``B * norm_constant``
     (None: ``max_turns * max_tokens_per_turn``, the longest generation)."""

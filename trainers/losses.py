@@ -41,6 +41,7 @@ __all__ = [
     "gspo_loss",
     "cispo_loss",
     "importance_sampling_loss",
+    "dro_loss",
     "entropy_bonus_loss",
     "value_loss",
 ]
@@ -441,11 +442,52 @@ def importance_sampling_loss(
     )
 
 
+def dro_loss(
+    logprobs_BT: torch.Tensor,
+    old_logprobs_BT: torch.Tensor,
+    advantages_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    config: PolicyLossConfig = _DEFAULT_CONFIG,
+    *,
+    rollout_logprobs_BT: torch.Tensor | None = None,
+    weights_B: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, PolicyLossStats]:
+    """DRO, direct reward optimisation (Richemond et al. 2024, "Offline regularised
+    reinforcement learning for large language models alignment"), per token::
+
+        loss = -(logprobs * A) + 0.5 * beta * (logprobs - old_logprobs)^2
+
+    the advantage-weighted log-likelihood, held near the sampling policy by a squared log-ratio
+    penalty instead of a clip (``beta`` is ``config.dro_beta``). Its gradient is
+    ``-(A - beta * (logprobs - old)) * grad logprobs``: on policy plain REINFORCE, and a pull back
+    toward the sampler as the policy moves away. Tinker's ``dro`` is this loss summed."""
+    logp_BT, old_BT, adv_BT, m_BT, rollout_BT = _prepare(
+        logprobs_BT, old_logprobs_BT, advantages_BT, mask_BT, rollout_logprobs_BT
+    )
+    log_ratio_BT = logp_BT - old_BT  # B x T
+    loss_BT = -(logp_BT * adv_BT) + 0.5 * config.dro_beta * log_ratio_BT.square()  # B x T
+    never_BT = torch.zeros_like(loss_BT, dtype=torch.bool)
+    return _finish(
+        loss_BT,
+        m_BT,
+        config,
+        token_log_ratio_BT=log_ratio_BT,
+        ratio_BT=log_ratio_BT.exp(),
+        low_BT=never_BT,
+        high_BT=never_BT,
+        dual_BT=never_BT,
+        old_BT=old_BT,
+        rollout_BT=rollout_BT,
+        weights_B=weights_B,
+    )
+
+
 _POLICY_LOSSES: dict[PolicyLossType, Callable[..., tuple[torch.Tensor, PolicyLossStats]]] = {
     PolicyLossType.PPO_CLIP: ppo_clip_loss,
     PolicyLossType.GSPO: gspo_loss,
     PolicyLossType.CISPO: cispo_loss,
     PolicyLossType.IMPORTANCE_SAMPLING: importance_sampling_loss,
+    PolicyLossType.DRO: dro_loss,
 }
 
 

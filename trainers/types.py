@@ -81,6 +81,9 @@ class PolicyLossType(StrEnum):
     """Clipped, stop-gradient importance weight times the log-probability (MiniMax-M1, 2025)."""
     IMPORTANCE_SAMPLING = "importance_sampling"
     """Ratio times advantage, no clipping."""
+    DRO = "dro"
+    """Advantage-weighted log-probability minus a squared log-ratio penalty to the sampling
+    policy (DRO, Richemond et al. 2024; the loss Tinker calls ``dro``)."""
 
 
 class KLEstimator(StrEnum):
@@ -135,6 +138,8 @@ class PolicyLossConfig:
     as in MiniMax-M1, which tunes only the upper bound."""
     cispo_eps_high: float = 0.28
     """CISPO: the IS weight is clipped above at ``1 + cispo_eps_high``."""
+    dro_beta: float = 0.1
+    """DRO: the weight ``beta`` of the penalty ``0.5 * beta * (logprobs - old_logprobs)^2``."""
     truncated_is: bool = False
     """Multiply every token's loss by ``min(exp(old - rollout), tis_cap)`` (detached) to correct
     for the inference engine sampling from a slightly different distribution than the trainer
@@ -149,7 +154,7 @@ class PolicyLossConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reduction", parse_choice(LossReduction, self.reduction))
-        for name in ("eps_low", "eps_high", "gspo_eps_low", "gspo_eps_high", "cispo_eps_high"):
+        for name in ("eps_low", "eps_high", "gspo_eps_low", "gspo_eps_high", "cispo_eps_high", "dro_beta"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"PolicyLossConfig.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("eps_low", "gspo_eps_low"):

@@ -11,11 +11,14 @@ and ``ratio = exp(target_logprobs - sampling_logprobs)``:
 ``importance_sampling``        ``-sum(ratio * advantages)``
 ``ppo``                        ``-sum(min(ratio * A, clip(ratio, low, high) * A))``
 ``cispo``                      ``-sum(sg(clip(ratio, low, high)) * target_logprobs * A)``
+``dro``                        ``-sum(target_logprobs * A - 0.5 * beta * (target_logprobs - sampling_logprobs)^2)``
 ============================  =================================================================
 
 ``low``/``high`` are ``clip_low_threshold``/``clip_high_threshold`` from ``loss_fn_config``
-(ratio bounds, default 0.8/1.2). The RL losses are :func:`trainers.losses.importance_sampling_loss`,
-:func:`~trainers.losses.ppo_clip_loss` and :func:`~trainers.losses.cispo_loss` with the
+(ratio bounds, default 0.8/1.2) and ``beta`` (``dro``; default ``PolicyLossConfig.dro_beta``,
+0.1) from ``loss_fn_config``. The RL losses are :func:`trainers.losses.importance_sampling_loss`,
+:func:`~trainers.losses.ppo_clip_loss`, :func:`~trainers.losses.cispo_loss` and
+:func:`~trainers.losses.dro_loss` with the
 sampler's logprobs as the old logprobs, every token in the mask (Tinker masks through zero
 advantages), ``eps_low = 1 - low``, ``eps_high = high - 1``, and the reduction
 ``seq_mean_token_sum_norm`` with ``norm_constant = 1`` applied to one datum at a time, which is
@@ -36,7 +39,7 @@ from typing import Literal, get_args
 import torch
 
 from integrations.tinker.types import TinkerRequestError
-from trainers.losses import cispo_loss, importance_sampling_loss, ppo_clip_loss
+from trainers.losses import cispo_loss, dro_loss, importance_sampling_loss, ppo_clip_loss
 from trainers.types import LossReduction, PolicyLossConfig
 
 __all__ = [
@@ -49,7 +52,7 @@ __all__ = [
     "tinker_loss",
 ]
 
-TinkerLossName = Literal["cross_entropy", "importance_sampling", "ppo", "cispo"]
+TinkerLossName = Literal["cross_entropy", "importance_sampling", "ppo", "cispo", "dro"]
 #: The ``loss_fn`` values this server computes.
 SUPPORTED_LOSSES: tuple[str, ...] = get_args(TinkerLossName)
 
@@ -59,6 +62,7 @@ _INPUTS: dict[str, tuple[str, ...]] = {
     "importance_sampling": _RL_INPUTS,
     "ppo": _RL_INPUTS,
     "cispo": _RL_INPUTS,
+    "dro": _RL_INPUTS,
 }
 _CLIP_KEYS = ("clip_low_threshold", "clip_high_threshold")
 _CONFIG_KEYS: dict[str, tuple[str, ...]] = {
@@ -66,10 +70,10 @@ _CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "importance_sampling": (),
     "ppo": _CLIP_KEYS,
     "cispo": _CLIP_KEYS,
+    "dro": ("beta",),
 }
 _DEFAULT_LOW, _DEFAULT_HIGH = 0.8, 1.2
 _NOT_HERE = {
-    "dro": "DRO",
     "gspo": "Tinker's GSPO",
     "stable_reinforce": "StableReinforce",
     "custom": "server-side custom losses (forward_backward_custom runs client-side and works)",
@@ -141,13 +145,16 @@ def _policy_config(loss_fn: str, config: Mapping[str, float | str]) -> PolicyLos
             return PolicyLossConfig(eps_low=1.0 - low, eps_high=high - 1.0, **sum_reduction)
         if loss_fn == "cispo":
             return PolicyLossConfig(cispo_eps_low=1.0 - low, cispo_eps_high=high - 1.0, **sum_reduction)
+        if loss_fn == "dro":
+            beta = float(config.get("beta", PolicyLossConfig.dro_beta))
+            return PolicyLossConfig(dro_beta=beta, **sum_reduction)
         return PolicyLossConfig(**sum_reduction)
     except ValueError as exc:  # the trainer's own range checks (e.g. a lower bound of 0 for ppo)
         raise TinkerRequestError(f"{loss_fn}: invalid loss_fn_config: {exc}") from None
 
 
 def _elementwise(
-    loss_fn: str, lp_N: torch.Tensor, inputs: LossInputs, low: float, high: float
+    loss_fn: str, lp_N: torch.Tensor, inputs: LossInputs, low: float, high: float, beta: float
 ) -> torch.Tensor:
     """The per-token loss of one datum, straight from Tinker's definitions (no gradient)."""
     lp_N = lp_N.detach().float()
@@ -157,6 +164,8 @@ def _elementwise(
     ratio_N = torch.exp(lp_N - inputs.logprobs_N)  # N
     if loss_fn == "importance_sampling":
         return -ratio_N * adv_N
+    if loss_fn == "dro":
+        return -(lp_N * adv_N) + 0.5 * beta * (lp_N - inputs.logprobs_N).square()
     clipped_N = ratio_N.clamp(low, high)  # N
     if loss_fn == "ppo":
         return -torch.minimum(ratio_N * adv_N, clipped_N * adv_N)
@@ -177,6 +186,7 @@ def tinker_loss(
         raise TinkerRequestError(f"{len(target_logprobs_N)} logprob rows for {len(inputs)} datums")
     low = float(config.get("clip_low_threshold", _DEFAULT_LOW))
     high = float(config.get("clip_high_threshold", _DEFAULT_HIGH))
+    beta = float(config.get("beta", PolicyLossConfig.dro_beta))
     pcfg = None if loss_fn == "cross_entropy" else _policy_config(loss_fn, config)
     total: torch.Tensor | None = None
     elementwise: list[torch.Tensor] = []
@@ -189,10 +199,15 @@ def tinker_loss(
             old_1N = inp.logprobs_N.to(lp_N.dtype)[None]  # 1 x N
             adv_1N = inp.advantages_N.to(lp_N.dtype)[None]  # 1 x N
             mask_1N = torch.ones_like(lp_1N)  # 1 x N: Tinker sums over every token
-            fn = {"importance_sampling": importance_sampling_loss, "ppo": ppo_clip_loss, "cispo": cispo_loss}
+            fn = {
+                "importance_sampling": importance_sampling_loss,
+                "ppo": ppo_clip_loss,
+                "cispo": cispo_loss,
+                "dro": dro_loss,
+            }
             datum_loss, _ = fn[loss_fn](lp_1N, old_1N, adv_1N, mask_1N, pcfg)
         total = datum_loss if total is None else total + datum_loss
-        elementwise.append(_elementwise(loss_fn, lp_N, inp, low, high))
+        elementwise.append(_elementwise(loss_fn, lp_N, inp, low, high, beta))
     if total is None:
         total = torch.zeros(())
     return LossResult(loss=total, elementwise_N=elementwise)

@@ -146,7 +146,7 @@ def test_non_default_loss_flags_reach_the_loss_calls(monkeypatch):
 
     cfg, _ = parse(
         "--eps-low 0.1 --eps-high 0.3 --dual-clip-c 3.5 --gspo-eps-low 0.001 --gspo-eps-high 0.002 --cispo-eps-low 0.5 "
-        "--cispo-eps-high 0.4 --truncated-is --tis-cap 1.5 --norm-constant 64 --kl-coef 0.1 "
+        "--cispo-eps-high 0.4 --dro-beta 0.2 --truncated-is --tis-cap 1.5 --norm-constant 64 --kl-coef 0.1 "
         "--kl-estimator k2 --kl-clamp 5 --reduction seq_mean_token_sum_norm --no-bf16 --loss cispo".split()
     )
     seen = {}
@@ -181,6 +181,7 @@ def test_non_default_loss_flags_reach_the_loss_calls(monkeypatch):
         gspo_eps_high=0.002,
         cispo_eps_low=0.5,
         cispo_eps_high=0.4,
+        dro_beta=0.2,
         truncated_is=True,
         tis_cap=1.5,
         reduction="seq_mean_token_sum_norm",

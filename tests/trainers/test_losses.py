@@ -15,6 +15,7 @@ from trainers import (
     PolicyLossConfig,
     PolicyLossType,
     cispo_loss,
+    dro_loss,
     entropy_bonus_loss,
     gspo_loss,
     importance_sampling_loss,
@@ -230,7 +231,7 @@ def test_every_loss_is_the_policy_gradient_when_on_policy(name):
     torch.testing.assert_close(grad, pg_grad)
     assert stats.clip_frac_low == stats.clip_frac_high == 0.0
     assert stats.ratio_mean == pytest.approx(1.0) and stats.approx_kl == pytest.approx(0.0, abs=1e-7)
-    if name != PolicyLossType.CISPO:  # CISPO's value is -A * logp, the others' -A * r = -A
+    if name not in (PolicyLossType.CISPO, PolicyLossType.DRO):  # theirs is -A * logp, the others' -A * r = -A
         assert loss.item() == pytest.approx(reduce_loss(-adv_BT, mask_BT).item(), abs=1e-6)
 
 
@@ -431,3 +432,22 @@ def test_a_batch_without_trained_tokens_gives_zero_loss_and_finite_stats(name):
     assert stats.num_tokens == 0
     assert (stats.ratio_mean, stats.ratio_max, stats.ratio_min) == (1.0, 1.0, 1.0)
     assert all(math.isfinite(v) for v in stats.as_dict().values() if v is not None)
+
+
+def test_dro_by_hand():
+    # per token -(lp * A) + 0.5 * beta * (lp - old)^2, token mean over the 3 trained tokens
+    logp_BT = leaf([[-1.0, -2.0, -0.5]])
+    old_BT = torch.tensor([[-1.0, -1.5, -1.0]])
+    adv_BT = torch.tensor([[1.0, -1.0, 2.0]])
+    mask_BT = torch.ones(1, 3)
+    loss, stats = dro_loss(logp_BT, old_BT, adv_BT, mask_BT, PolicyLossConfig(dro_beta=0.5))
+    per_token = [1.0 + 0.0, -2.0 + 0.25 * 0.25, 1.0 + 0.25 * 0.25]
+    assert loss.item() == pytest.approx(sum(per_token) / 3)
+    loss.backward()
+    # gradient per token (-A + beta * (lp - old)) / 3
+    assert logp_BT.grad.tolist()[0] == pytest.approx([(-1.0) / 3, (1.0 - 0.25) / 3, (-2.0 + 0.25) / 3])
+    assert policy_loss("dro", logp_BT, old_BT, adv_BT, mask_BT, PolicyLossConfig(dro_beta=0.5))[
+        0
+    ].item() == pytest.approx(loss.item())
+    with pytest.raises(ConfigError, match="dro_beta"):
+        PolicyLossConfig(dro_beta=-1.0)

@@ -111,7 +111,7 @@ def _rl_datum(seq: list[int], sampler_lp: list[float], adv: list[float]) -> type
     )
 
 
-@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo"])
+@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo", "dro"])
 def test_rl_losses_are_token_sums(service, loss_fn):
     training = service.create_lora_training_client(TINY_RANDOM_MODEL, rank=4, seed=1).result()
     seq = [11, 12, 13, 14, 15, 16]
@@ -119,9 +119,12 @@ def test_rl_losses_are_token_sums(service, loss_fn):
     lp = probe.loss_fn_outputs[0]["logprobs"].to_numpy()  # the current logprobs of tokens 12..16
     sampler_lp = (lp + np.array([0.0, 0.5, -0.5, 0.1, -0.3], np.float32)).tolist()  # ratios != 1
     adv = [1.0, -1.0, 2.0, 0.0, 0.5]
-    config = (
-        {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2} if loss_fn != "importance_sampling" else None
-    )
+    config = {
+        "importance_sampling": None,
+        "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+        "cispo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+        "dro": {"beta": 0.3},
+    }[loss_fn]
     datum = _rl_datum(seq, sampler_lp, adv)
     out = training.forward_backward([datum, datum], loss_fn, config).result()
     ratio = np.exp(lp - np.array(sampler_lp))
@@ -130,6 +133,7 @@ def test_rl_losses_are_token_sums(service, loss_fn):
         "importance_sampling": -ratio * a,
         "ppo": -np.minimum(ratio * a, np.clip(ratio, 0.8, 1.2) * a),
         "cispo": -np.clip(ratio, 0.8, 1.2) * lp * a,
+        "dro": -(lp * a) + 0.5 * 0.3 * (lp - np.array(sampler_lp)) ** 2,
     }[loss_fn]
     assert out.metrics["loss:sum"] == pytest.approx(2 * per_token.sum(), rel=1e-4, abs=1e-4)
     assert np.allclose(out.loss_fn_outputs[1]["elementwise_loss"].to_numpy(), per_token, atol=1e-4)
@@ -205,8 +209,10 @@ def _logprobs_at(service, path, seq):
 
 def test_unsupported_requests_fail_with_a_clear_error(service):
     training = service.create_lora_training_client(TINY_RANDOM_MODEL, rank=4).result()
-    with pytest.raises(tinker.RequestFailedError, match="DRO is not supported by this server") as info:
-        training.forward_backward([_ce_datum([1, 2, 3])], "dro", {"beta": 0.1}).result()
+    with pytest.raises(
+        tinker.RequestFailedError, match="Tinker's GSPO is not supported by this server"
+    ) as info:
+        training.forward_backward([_ce_datum([1, 2, 3])], "gspo").result()
     assert info.value.category == "user"
     fresh = service.create_lora_training_client(TINY_RANDOM_MODEL, rank=4).result()
     with pytest.raises(tinker.RequestFailedError, match=r"missing \['weights'\]"):

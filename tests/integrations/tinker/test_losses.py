@@ -66,7 +66,20 @@ def test_cispo_stops_the_gradient_through_the_clipped_weight():
     assert lp.grad.tolist() == pytest.approx([-1.0, -1.2, -1.6], abs=1e-6)
 
 
-@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo"])
+def test_dro_penalises_the_squared_log_ratio():
+    lp, inputs = _rl_datum()
+    out = tinker_loss("dro", [lp], [inputs], {"beta": 0.5})
+    # -sum(lp * A - 0.5 * beta * (lp - q)^2): lp - q = [0, ln2, -ln2], lp = -1, A = [1, 1, 2]
+    assert out.loss.item() == pytest.approx(4.0 + 0.25 * 2 * LN2**2, abs=1e-6)
+    out.loss.backward()
+    # d/dlp = -A + beta * (lp - q)
+    assert lp.grad.tolist() == pytest.approx([-1.0, -1.0 + 0.5 * LN2, -2.0 - 0.5 * LN2], abs=1e-6)
+    assert sum(out.elementwise_N[0].tolist()) == pytest.approx(out.loss.item(), abs=1e-6)
+    default = tinker_loss("dro", [lp], [inputs]).loss.item()  # beta 0.1 when not sent
+    assert default == pytest.approx(4.0 + 0.05 * 2 * LN2**2, abs=1e-6)
+
+
+@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo", "dro"])
 def test_datums_add_up_and_elementwise_sums_to_the_loss(loss_fn):
     torch.manual_seed(0)
     lps, inputs = [], []
@@ -89,11 +102,14 @@ def test_datums_add_up_and_elementwise_sums_to_the_loss(loss_fn):
 
 
 def test_unsupported_losses_and_config_keys_say_what_works():
-    assert set(SUPPORTED_LOSSES) == {"cross_entropy", "importance_sampling", "ppo", "cispo"}
+    assert set(SUPPORTED_LOSSES) == {"cross_entropy", "importance_sampling", "ppo", "cispo", "dro"}
     with pytest.raises(
-        TinkerRequestError, match="DRO is not supported.*cross_entropy, importance_sampling, ppo, cispo"
+        TinkerRequestError,
+        match="StableReinforce is not supported.*cross_entropy, importance_sampling, ppo, cispo, dro",
     ):
-        check_loss_request("dro", {})
+        check_loss_request("stable_reinforce", {})
+    with pytest.raises(TinkerRequestError, match="dro takes only beta"):
+        check_loss_request("dro", {"clip_low_threshold": 0.8})
     with pytest.raises(TinkerRequestError, match="unknown loss_fn 'crossentropy'"):
         check_loss_request("crossentropy", {})
     with pytest.raises(TinkerRequestError, match="cross_entropy takes no loss_fn_config"):
