@@ -19,6 +19,7 @@ from typing import Any
 
 from skyrl_agent.evaluation import episode_success
 from skyrl_agent.types import PromptItem
+from skyrl_gym.metrics import default_aggregate_metrics
 from trainers.config import TrainConfig
 from trainers.distributed import SINGLE, DistContext
 from trainers.rollouts import play
@@ -42,9 +43,17 @@ class EvalResult:
     """Episodes lost to infrastructure failures."""
     seconds: float
     """Wall time of the evaluation."""
+    env_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    """The env's per-episode metrics averaged over the episodes (numbers and true/false ones,
+    e.g. ``search``'s ``answer_supported``); in the metrics log as ``env/<name>``."""
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def log_record(self) -> dict[str, Any]:
+        """The ``eval`` line of the metrics log: the fields, env metrics flattened to ``env/<name>``."""
+        out = {k: v for k, v in self.as_dict().items() if k != "env_metrics"}
+        return {**out, **{f"env/{k}": v for k, v in self.env_metrics.items()}}
 
 
 def evaluate(
@@ -82,4 +91,5 @@ def evaluate(
         episodes=len(good),
         masked=len(trajs) - len(good),
         seconds=time.perf_counter() - start,
+        env_metrics=default_aggregate_metrics([t.env_metrics for t in good]),
     )

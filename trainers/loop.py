@@ -280,7 +280,7 @@ def _evaluate(
     cfg = learner.cfg
     res = evaluate(learner.eval_policy, cfg, items, seed=cfg.seed + 1_000_003, dist=learner.dist)
     if logger is not None:
-        logger.log(step, "eval", res.as_dict())
+        logger.log(step, "eval", res.log_record())
     say(
         f"[eval] step {step}: held-out success {res.success:.3f} +/- {res.success_se:.3f} "
         f"({res.episodes} episodes, reward {res.reward_mean:.3f}, {res.seconds:.0f}s)"

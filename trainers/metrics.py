@@ -94,11 +94,15 @@ _PANELS = (
     ("entropy", "entropy (nats/token)"),
     ("response_tokens_mean", "generated tokens per episode"),
     ("tokens_per_s", "training throughput (tokens/s)"),
+    ("turns_mean", "turns per episode (train batch)"),
+    ("env/*", "env metrics, held-out (per episode, averaged)"),
+    ("sampling_rounds|context_rewrites_mean", "sampling rounds / context rewrites per step"),
 )
 
 
 def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
-    """Draw reward, held-out success, KL, entropy, lengths and throughput to ``metrics.png``."""
+    """Draw reward, held-out success, KL, entropy, lengths, throughput, turns per episode, the
+    env's held-out metrics and the sampling rounds / context rewrites to ``metrics.png``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -106,8 +110,25 @@ def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
 
     run_dir = Path(run_dir)
     records = read_jsonl(run_dir / "metrics.jsonl")
-    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    fig, axes = plt.subplots(3, 3, figsize=(13, 10))
     for ax, (key, title) in zip(axes.flat, _PANELS, strict=True):
+        if key == "env/*" or "|" in key:  # several series in one panel, one line each
+            names = (
+                sorted({k for r in records if r.get("kind") == "eval" for k in r if k.startswith("env/")})
+                if key == "env/*"
+                else key.split("|")
+            )
+            for name in names:
+                pts = [(r["step"], r[name]) for r in records if isinstance(r.get(name), (int, float))]
+                if pts:
+                    xs, ys = zip(*pts, strict=True)
+                    ax.plot(xs, ys, "-o", markersize=3, label=name.removeprefix("env/"))
+            ax.set_title(title)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+            if ax.lines:
+                ax.legend(fontsize=7)
+            continue
         for kind, style in (("train", "-o"), ("eval", "-s")):
             pts = [
                 (r["step"], r[key])

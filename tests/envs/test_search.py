@@ -248,6 +248,7 @@ def test_solved_episode_with_the_bundled_index():
         "invalid_turns": 0,
         "answered": True,
         "correct": True,
+        "answer_supported": True,  # "Harrowby" was in the second search's passages
     }
 
 
@@ -255,7 +256,21 @@ def test_wrong_answer_and_list_of_targets():
     env = _env(["Pellmouth", "Pellmouth city"])
     out = env.step("<answer>Mirefield</answer>")
     assert out.done and out.reward == 0.0 and out.metadata == {"answer": "Mirefield", "correct": False}
+    assert env.get_metrics()["answer_supported"] is False  # answered without reading anything
     assert _env(["Pellmouth", "Pellmouth city"]).step("<answer>pellmouth city</answer>").reward == 1.0
+
+
+def test_answer_supported_means_read_before_answering():
+    env = _env()
+    env.init([{"role": "user", "content": "q"}])
+    env.step("<search>inventor of the tidewheel</search>")
+    env.step("<answer>Marisol Quent</answer>")  # in the passages it was shown, though not the target
+    assert env.get_metrics()["answer_supported"] is True and env.get_metrics()["correct"] is False
+    env = _env()
+    env.init([{"role": "user", "content": "q"}])
+    env.step("<search>inventor of the tidewheel</search>")
+    env.step("<answer>Quent Marisol</answer>")  # words in another order are not a quote
+    assert env.get_metrics()["answer_supported"] is False
 
 
 def test_model_mistakes_become_observations():

@@ -116,3 +116,31 @@ def test_metrics_jsonl_truncate_and_plot(tmp_path):
     png = plot_metrics(tmp_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "tensorboard").is_dir()
+
+
+@pytest.mark.slow
+def test_held_out_evaluation_reports_the_env_metrics(tmp_path):
+    """The env's per-episode metrics (search: answer_supported, searches, ...) are averaged in
+    every held-out evaluation: in the metrics log as env/<name>, in summary.json, in the plot."""
+    from skyrl_agent.models import tiny_random_model
+    from trainers.config import TrainConfig
+    from trainers.loop import train
+
+    model, tok = tiny_random_model(hidden_size=32, num_layers=1)
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    cfg = TrainConfig(
+        env="search", model=str(tmp_path / "model"), run_dir=str(tmp_path / "run"), steps=1,
+        prompts_per_step=1, group_size=2, train_prompts=4, eval_prompts=2, eval_samples=1,
+        max_turns=2, max_tokens_per_turn=6, skip_equal_reward_groups=False, bf16=False,
+        progress=False, threads=1, report_to=(),
+    )  # fmt: skip
+    result = train(cfg)
+    records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert len(evals) == 2 and all(0.0 <= r["env/answer_supported"] <= 1.0 for r in evals)
+    assert all("env/searches" in r and "env/correct" in r for r in evals)
+    assert "answer_supported" in result.final.env_metrics
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert set(summary["final"]["env_metrics"]) >= {"answer_supported", "searches"}
+    assert (tmp_path / "run" / "metrics.png").stat().st_size > 0

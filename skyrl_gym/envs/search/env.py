@@ -161,6 +161,8 @@ class SearchEnv(BaseTextEnv):
         if cfg.retriever == "bm25":
             self._retriever = bm25_index(cfg.corpus_path, cfg.bm25.k1, cfg.bm25.b)
         self.searches = 0
+        self.retrieved: list[str] = []
+        """The text of every search result shown so far (for ``answer_supported``)."""
         self.invalid_turns = 0
         self.answer: str | None = None
         self.correct = False
@@ -237,6 +239,7 @@ class SearchEnv(BaseTextEnv):
             body = format_published(hits, self.max_passage_chars)
         else:
             body = format_hits(hits, self.max_passage_chars)
+        self.retrieved.append(body)
         return BaseTextEnvStepOutput(
             observations=[{"role": "user", "content": f"\n<information>{body}</information>\n"}],
             reward=0.0,
@@ -245,6 +248,15 @@ class SearchEnv(BaseTextEnv):
             truncated=False,
         )
 
+    def answer_supported(self) -> bool:
+        """Whether the final answer appears (both normalised as the reward normalises) in a
+        search result the agent was shown before answering: the answer came from reading the
+        environment, not from the model's own memory."""
+        if not self.answer or not normalize_answer(self.answer):
+            return False
+        needle = f" {normalize_answer(self.answer)} "
+        return any(needle in f" {normalize_answer(text)} " for text in self.retrieved)
+
     def get_metrics(self) -> dict[str, Any]:
         metrics: dict[str, Any] = {
             "turns": self.turns,
@@ -252,6 +264,7 @@ class SearchEnv(BaseTextEnv):
             "invalid_turns": self.invalid_turns,
             "answered": self.answer is not None,
             "correct": self.correct,
+            "answer_supported": self.answer_supported(),
         }
         if isinstance(self._retriever, RemoteRetriever):
             metrics["retrieval_retries"] = self._retriever.retries
