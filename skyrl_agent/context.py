@@ -22,12 +22,20 @@ often it fired (``context_strategy``, ``context_rewrites``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from skyrl_agent.types import Segment, Trajectory
 
-__all__ = ["ContextStrategy", "OMITTED", "drop_old_observations", "training_samples", "split_steps"]
+__all__ = [
+    "ContextStrategy",
+    "OMITTED",
+    "drop_old_observations",
+    "training_samples",
+    "split_steps",
+    "check_context_strategy",
+]
 
 ContextStrategy = Literal["stop", "drop_observations", "summarize"]
 
@@ -82,27 +90,15 @@ def training_samples(traj: Trajectory, step_wise: bool = False) -> list[Trajecto
         token_rewards = [0.0] * len(seg.response_ids)
         for (_start, end), r in zip(seg.turn_spans, rewards, strict=False):
             token_rewards[end - 1] += r
-        sample = Trajectory(
+        sample = _sample(
+            traj,
             prompt_ids=seg.prompt_ids,
             response_ids=seg.response_ids,
             loss_mask=seg.loss_mask,
             rollout_logprobs=seg.rollout_logprobs,
             token_rewards=token_rewards,
-            reward=traj.reward,
-            stop_reason=traj.stop_reason,
-            num_turns=len(seg.turn_spans),
             turn_rewards=list(rewards),
             turn_spans=list(seg.turn_spans),
-            env_metrics=traj.env_metrics,
-            error=traj.error,
-            masked=traj.masked,
-            prompt_id=traj.prompt_id,
-            group_id=traj.group_id,
-            sample_index=traj.sample_index,
-            env_id=traj.env_id,
-            grade_reward=traj.grade_reward,
-            context_strategy=traj.context_strategy,
-            context_rewrites=traj.context_rewrites,
         )
         if seg.turn_spans:
             out += split_steps(sample) if step_wise else [sample]
@@ -123,7 +119,8 @@ def split_steps(traj: Trajectory) -> list[Trajectory]:
         turn_reward = traj.turn_rewards[t] if t < len(traj.turn_rewards) else 0.0
         n = end - start
         samples.append(
-            Trajectory(
+            _sample(
+                traj,
                 prompt_ids=traj.prompt_ids + traj.response_ids[:start],
                 response_ids=traj.response_ids[start:end],
                 loss_mask=[1] * n,
@@ -131,21 +128,42 @@ def split_steps(traj: Trajectory) -> list[Trajectory]:
                 if traj.rollout_logprobs is not None
                 else None,
                 token_rewards=[0.0] * (n - 1) + [turn_reward],
-                reward=traj.reward,
-                stop_reason=traj.stop_reason,
-                num_turns=1,
                 turn_rewards=[turn_reward],
                 turn_spans=[(0, n)],
-                truncated_turns=0,
                 env_metrics={**traj.env_metrics, "step": t},
-                error=traj.error,
-                masked=traj.masked,
-                prompt_id=traj.prompt_id,
-                group_id=traj.group_id,
-                sample_index=traj.sample_index,
-                env_id=traj.env_id,
-                context_strategy=traj.context_strategy,
-                context_rewrites=traj.context_rewrites,
             )
         )
     return samples
+
+
+def _sample(traj: Trajectory, **stretch: Any) -> Trajectory:
+    """A training sample of ``traj``: its episode fields (reward, stop reason, ids, errors, the
+    context strategy) with the given stretch of tokens, an append-only one (no segments, no
+    text messages)."""
+    return dataclasses.replace(
+        traj,
+        num_turns=len(stretch["turn_spans"]),
+        truncated_turns=0,
+        messages=[],
+        segments=[],
+        **stretch,
+    )
+
+
+def check_context_strategy(strategy: str, keep_observations: int, observation_style: str) -> None:
+    """Raise ``ConfigError`` for a context strategy that cannot run (shared by
+    ``RolloutConfig`` and ``TrainConfig``)."""
+    from skyrl_gym.errors import ConfigError
+
+    if strategy not in ("stop", "drop_observations", "summarize"):
+        raise ConfigError(
+            f"unknown context_strategy {strategy!r}; use 'stop', 'drop_observations' or 'summarize'"
+        )
+    if strategy != "stop" and observation_style != "messages":
+        raise ConfigError(
+            "context_strategy rewrites the history as chat messages, so it needs observation_style='messages'"
+        )
+    if keep_observations < 1:
+        raise ConfigError(
+            f"keep_observations must be >= 1 (the newest observation is always shown), got {keep_observations}"
+        )

@@ -467,18 +467,9 @@ class RolloutConfig:
             <= 0
         ):
             raise ConfigError("deadlines must be positive seconds")
-        if self.context_strategy not in ("stop", "drop_observations", "summarize"):
-            raise ConfigError(
-                f"unknown context_strategy {self.context_strategy!r}; use 'stop', 'drop_observations' or 'summarize'"
-            )
-        if self.context_strategy != "stop" and self.observation_style != "messages":
-            raise ConfigError(
-                "context_strategy rewrites the history as chat messages, so it needs observation_style='messages'"
-            )
-        if self.keep_observations < 1:
-            raise ConfigError(
-                f"keep_observations must be >= 1 (the newest observation is always shown), got {self.keep_observations}"
-            )
+        from skyrl_agent.context import check_context_strategy
+
+        check_context_strategy(self.context_strategy, self.keep_observations, self.observation_style)
         if self.observation_style not in ("messages", "inline"):
             raise ConfigError(
                 f"unknown observation_style {self.observation_style!r}; use 'messages' or 'inline'"

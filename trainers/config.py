@@ -259,18 +259,9 @@ class TrainConfig:
                 "their episode's advantage, which needs an outcome estimator: use grpo, dr_grpo, rloo "
                 "or reinforce_pp, not gae"
             )
-        if self.keep_observations < 1:
-            raise ConfigError(
-                f"keep_observations must be >= 1 (the newest observation is always shown), got {self.keep_observations}"
-            )
-        if self.context_strategy not in ("stop", "drop_observations", "summarize"):
-            raise ConfigError(
-                f"unknown context_strategy {self.context_strategy!r}; use 'stop', 'drop_observations' or 'summarize'"
-            )
-        if self.context_strategy != "stop" and self.observation_style != "messages":
-            raise ConfigError(
-                "context_strategy rewrites the history as chat messages, so it needs observation_style='messages'"
-            )
+        from skyrl_agent.context import check_context_strategy
+
+        check_context_strategy(self.context_strategy, self.keep_observations, self.observation_style)
         if self.dynamic_sampling and not self.skip_equal_reward_groups:
             raise ConfigError(
                 "dynamic_sampling replaces equal-reward groups with new ones, so it needs "
