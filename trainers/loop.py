@@ -218,10 +218,13 @@ def _update(
     cfg, dist = learner.cfg, learner.dist
     # several samples per episode (each turn, or each stretch of a rewritten history), or one
     per_step = cfg.step_wise or any(t.segments for t in trainable)
-    owner = (
-        [i for i, t in enumerate(trainable) for _ in training_samples(t, cfg.step_wise)] if per_step else []
+    pairs = (
+        [(i, s) for i, t in enumerate(trainable) for s in training_samples(t, cfg.step_wise)]
+        if per_step
+        else []
     )
-    samples = [s for t in trainable for s in training_samples(t, cfg.step_wise)] if per_step else trainable
+    owner = [i for i, _ in pairs]  # the episode of each sample
+    samples = [s for _, s in pairs] if per_step else trainable
     batch = collate(samples, pad_id=learner.policy.pad_token_id).to(dist.device)
     if no_loss and any(no_loss):
         rows = [no_loss[i] for i in owner] if per_step else no_loss
