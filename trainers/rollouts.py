@@ -103,8 +103,10 @@ def rollout_step(
             t.group_id += drawn
         trajs += new
         drawn, rounds = drawn + k, rounds + 1
+        if not cfg.dynamic_sampling:
+            break
         informative = len(_informative_groups(trajs, cfg))
-        if not cfg.dynamic_sampling or informative >= need or rounds >= cfg.max_sampling_rounds:
+        if informative >= need or rounds >= cfg.max_sampling_rounds:
             break
     if cfg.dynamic_sampling and informative > need:  # exactly a full batch of informative groups
         surplus = set(sorted(_informative_groups(trajs, cfg))[need:])
