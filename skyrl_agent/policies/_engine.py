@@ -70,8 +70,10 @@ class EngineConfig:
     max_tokens_in_flight: int = 65536
     """Most tokens the running rows may hold: each row counts its prompt plus its ``max_tokens``
     (bounds the KV memory: about 46 KB a token for SmolLM2-135M in float32)."""
-    prefix_cache_bytes: int = 1 << 30
-    """Bytes of finished rows' KV kept for reuse by the next turn (LRU); 0 turns reuse off."""
+    prefix_cache_bytes: int = 2 << 30
+    """Bytes of KV kept for reuse, least recently used out: finished rows' (for the next turn of
+    an episode) and the prompts groups of rows started with (for later prompts that start the
+    same way: one system prompt). 0 turns reuse off."""
     min_reuse_tokens: int = 16
     """Reuse a stored prefix only when it covers at least this many prompt tokens."""
     allow_stale_prefix: bool = False
@@ -156,9 +158,9 @@ class _Slots:
     row prefilled with a shared prefix and a shorter suffix than its batch's longest)."""
 
     def __init__(
-        self, layers: int, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device
+        self, layers: int, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device, max_rows: int
     ) -> None:
-        self.layers, self.heads, self.head_dim = layers, heads, head_dim
+        self.layers, self.heads, self.head_dim, self.max_rows = layers, heads, head_dim, max_rows
         self.dtype, self.device = dtype, device
         self.K: list[torch.Tensor] = []
         self.V: list[torch.Tensor] = []
@@ -173,6 +175,8 @@ class _Slots:
         if rows <= self.cap_rows and length <= self.cap_len:
             return
         new_rows = max(rows, self.cap_rows, 1)
+        if rows > self.cap_rows:  # doubling, up to the most rows that run: every growth copies
+            new_rows = max(rows, min(2 * self.cap_rows, self.max_rows))
         new_len = max(self.cap_len, 128)
         while new_len < length:
             new_len *= 2
@@ -251,16 +255,23 @@ class _Slots:
             self.t = 0
 
     def extract(self, row: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-        """A copy of ``row``'s KV, per layer ``[1, heads, T_r, dim]``; None when the row has a
-        gap (a shared prefix, then padding): only contiguous KV can seed another prompt."""
-        cols = self.valid[row, : self.t].nonzero().flatten().tolist()
-        if not cols:
+        """A copy of ``row``'s KV, per layer ``[1, heads, T_r, dim]`` (its valid columns in
+        order; a row prefilled with a shared prefix and a shorter suffix than its batch's longest
+        has a gap, which is dropped: positions were given without it), or None for no columns."""
+        cols = self.valid[row, : self.t].nonzero().flatten()
+        if not len(cols):
             return None
-        s = cols[0]
-        if len(cols) != self.t - s:
-            return None
+        s = int(cols[0])
+        if len(cols) == self.t - s:  # contiguous: one slice
+            return [
+                (k[row : row + 1, :, s : self.t].clone(), v[row : row + 1, :, s : self.t].clone())
+                for k, v in zip(self.K, self.V, strict=True)
+            ]
         return [
-            (k[row : row + 1, :, s : self.t].clone(), v[row : row + 1, :, s : self.t].clone())
+            (
+                k[row : row + 1, :, : self.t].index_select(2, cols),
+                v[row : row + 1, :, : self.t].index_select(2, cols),
+            )
             for k, v in zip(self.K, self.V, strict=True)
         ]
 
@@ -301,8 +312,9 @@ class _Entry:
 class PrefixStore:
     """Finished rows' KV by the token ids it covers, bounded in bytes, least recently used out.
 
-    :meth:`take` finds the entry sharing the longest prefix with a prompt and removes it (the
-    next turn extends it and stores a longer one when it finishes)."""
+    :meth:`find` picks the entry sharing the longest prefix with a prompt; :meth:`take_found`
+    hands its KV out, removing an entry used whole (the next turn extends it) and keeping one
+    used in part (a system prompt other prompts share)."""
 
     def __init__(self, max_bytes: int, min_tokens: int) -> None:
         self.max_bytes, self.min_tokens = max_bytes, min_tokens
@@ -326,12 +338,10 @@ class PrefixStore:
         self._next += 1
         self.nbytes += nbytes
 
-    def take(
-        self, prompt: Sequence[int], version: int | None
-    ) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None:
-        """The KV of the longest stored prefix of ``prompt`` (at most ``len(prompt) - 1`` tokens:
-        the last prompt token must run, for its logits), or None. ``version``: only entries made
-        with these weights (None: any)."""
+    def find(self, prompt: Sequence[int], version: int | None) -> tuple[int, int] | None:
+        """``(entry key, tokens)`` of the entry sharing the longest prefix with ``prompt`` (at
+        most ``len(prompt) - 1`` tokens: the last prompt token must run, for its logits), or
+        None. ``version``: only entries made with these weights (None: any)."""
         best_key, best_len = None, 0
         limit = len(prompt) - 1
         for key, e in self._entries.items():
@@ -346,14 +356,29 @@ class PrefixStore:
                 best_key, best_len = key, n
         if best_key is None or best_len < self.min_tokens:
             return None
-        entry = self._entries.pop(best_key)
-        self.nbytes -= entry.nbytes
-        kv = (
-            entry.kv
-            if best_len == len(entry.ids)
-            else [(k[:, :, :best_len], v[:, :, :best_len]) for k, v in entry.kv]
-        )
-        return best_len, kv
+        return best_key, best_len
+
+    def take_found(self, key: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The first ``n`` columns of entry ``key`` (from :meth:`find`). An entry used whole is
+        removed (the next turn extends it and stores a longer one when it finishes); one used in
+        part (a system prompt shared by other prompts) stays, as the most recently used."""
+        entry = self._entries[key]
+        if n == len(entry.ids):
+            del self._entries[key]
+            self.nbytes -= entry.nbytes
+            return entry.kv
+        self._entries.move_to_end(key)
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in entry.kv]
+
+    def take(
+        self, prompt: Sequence[int], version: int | None
+    ) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None:
+        """:meth:`find` then :meth:`take_found`: ``(tokens, KV)`` or None."""
+        found = self.find(prompt, version)
+        if found is None:
+            return None
+        key, n = found
+        return n, self.take_found(key, n)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -433,7 +458,7 @@ class InferenceEngine:
         heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         dtype = next(model.parameters()).dtype
-        self._slots = _Slots(cfg.num_hidden_layers, heads, head_dim, dtype, self.device)
+        self._slots = _Slots(cfg.num_hidden_layers, heads, head_dim, dtype, self.device, self.config.max_rows)
         self._additive_mask = getattr(cfg, "_attn_implementation", "sdpa") not in (
             "sdpa",
             "flash_attention_2",
@@ -582,67 +607,133 @@ class InferenceEngine:
 
     # ------------------------------------------------------------------ prefill
     def _prefill(self, rows: list[_Row]) -> None:
-        """Prefill newcomers, sample their first tokens and move the ones that go on into the batch."""
-        version = None if self.config.allow_stale_prefix else self._weights_key
-        fresh: list[_Row] = []
-        for row in rows:
-            found = self.store.take(row.prompt, version) if self.config.prefix_cache_bytes else None
-            if found is None:
-                fresh.append(row)
-                continue
-            n, kv = found
-            self._stats.reused_tokens += n
-            self._prefill_isolated([row], [row.prompt[n:]], kv, n)
-        if fresh:
-            self._prefill_isolated(fresh, [r.prompt for r in fresh], None, 0)
+        """Prefill newcomers, sample their first tokens and move the ones that go on into the batch.
 
-    def _prefill_isolated(self, rows: list[_Row], tails: list[list[int]], past: Any, past_len: int) -> None:
-        """:meth:`_run_prefill`; when a group fails, each row runs alone, so only the row at
-        fault gets the error (the running rows are not touched by a prefill)."""
+        Newcomers whose prompts start with the same stored prefix (the samples of a group; prompts
+        under one system prompt) run as one batch on top of it; the others as one fresh batch."""
+        version = None if self.config.allow_stale_prefix else self._weights_key
+        groups: dict[tuple[int, int] | None, list[_Row]] = {}
+        for row in rows:
+            hit = self.store.find(row.prompt, version) if self.config.prefix_cache_bytes else None
+            groups.setdefault(hit, []).append(row)
+        fresh = groups.pop(None, [])
+        if fresh:
+            self._prefill_isolated(fresh, [r.prompt for r in fresh], [])
+        singles: list[tuple[_Row, int, list[tuple[torch.Tensor, torch.Tensor]]]] = []
+        # ascending length: an entry used in part by one group and whole by another (which removes
+        # it) hands out its part first
+        for (key, n), members in sorted(groups.items(), key=lambda kv: kv[0][1]):
+            kv = self.store.take_found(key, n)
+            self._stats.reused_tokens += n * len(members)
+            if len(members) == 1:
+                singles.append((members[0], n, kv))
+            else:
+                self._prefill_isolated(members, [r.prompt[n:] for r in members], [(n, kv)] * len(members))
+        if singles:  # next turns of different episodes: one batch over their padded pasts
+            self._prefill_isolated(
+                [r for r, _, _ in singles],
+                [r.prompt[n:] for r, n, _ in singles],
+                [(n, kv) for _, n, kv in singles],
+            )
+
+    def _prefill_isolated(
+        self,
+        rows: list[_Row],
+        tails: list[list[int]],
+        pasts: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]],
+    ) -> None:
+        """:meth:`_run_prefill`; when a group fails, each row runs alone on its whole prompt, so
+        only the row at fault gets the error (the running rows are not touched by a prefill)."""
         try:
-            self._run_prefill(rows, tails, past, past_len)
+            self._run_prefill(rows, tails, pasts)
         except Exception as exc:  # noqa: BLE001 - handed to the row(s) at fault
-            if len(rows) == 1:
+            if len(rows) == 1 and not pasts:
                 _resolve(rows[0].future, exc=exc)
                 return
             log.warning("a prefill of %d rows failed (%s); running them one by one", len(rows), exc)
-            for row, tail in zip(rows, tails, strict=True):
+            for row in rows:
                 if row.future.done():
                     continue
                 row.new_ids.clear()
                 row.new_lps.clear()
                 row.tops.clear()
                 row.finish = row.matched = None
-                self._prefill_isolated([row], [tail], None, 0)
+                self._prefill_isolated([row], [row.prompt], [])
+
+    def _past_cache(
+        self, pasts: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]]
+    ) -> tuple[Any, int, torch.Tensor | None]:
+        """``(cache, columns, valid_BP)`` for rows continuing stored KV. One past shared by every
+        row (``pasts`` all the same object): a one-row cache, valid_BP None. Different pasts:
+        each row's KV right-aligned in a ``[B, heads, P, dim]`` buffer (P the longest),
+        ``valid_BP`` marking the real columns."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        if all(p is pasts[0] for p in pasts):
+            n, kv = pasts[0]
+            for i, (k, v) in enumerate(kv):
+                cache.update(k, v, i)
+            return cache, n, None
+        B, P = len(pasts), max(n for n, _ in pasts)
+        valid_BP = torch.zeros((B, P), dtype=torch.long, device=self.device)
+        for b, (n, _) in enumerate(pasts):
+            valid_BP[b, P - n :] = 1
+        for i in range(self._slots.layers):
+            k0 = pasts[0][1][i][0]
+            K = k0.new_zeros((B, k0.shape[1], P, k0.shape[3]))
+            V = torch.zeros_like(K)
+            for b, (n, kv) in enumerate(pasts):
+                K[b, :, P - n :] = kv[i][0][0]
+                V[b, :, P - n :] = kv[i][1][0]
+            cache.update(K, V, i)
+        return cache, P, valid_BP
 
     def _run_prefill(
         self,
         rows: list[_Row],
         tails: list[list[int]],
-        past: list[tuple[torch.Tensor, torch.Tensor]] | None,
-        past_len: int,
+        pasts: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]],
     ) -> None:
-        """Run ``tails`` (each row's prompt after its first ``past_len`` tokens, whose KV is
-        ``past``: one row only) as one left-padded batch; the longest prefix the tails share is
-        run once and its KV repeated (a GRPO group's samples share their whole prompt)."""
-        from transformers import DynamicCache
-
+        """Run ``tails`` (each row's prompt after the tokens whose KV its entry of ``pasts``
+        holds; ``pasts`` empty for fresh rows) as one left-padded batch. Rows that continue one
+        past: the longest prefix their tails share is run once and its KV repeated (a GRPO
+        group's samples share their whole prompt) and stored, so later prompts that start the
+        same way (other questions under the same system prompt) reuse it."""
         B, dev = len(rows), self.device
-        cache = None
-        if past is not None:
-            cache = DynamicCache()
-            for i, (k, v) in enumerate(past):
-                cache.update(k, v, i)
+        cache, past_len, past_valid = self._past_cache(pasts) if pasts else (None, 0, None)
+        # identical tails on one past (the samples of a group) run once; their rows share the KV
+        unique: dict[tuple[int, ...], int] = {}
+        row_of = [unique.setdefault(tuple(t), len(unique)) for t in tails]
+        dedupe = past_valid is None and len(unique) < B
+        run = [list(t) for t in unique] if dedupe else tails
         cache, logits_BV, attn_BT, _, shared = prefill(
             self.model,
             self._cache_kwarg,
             self.pad_token_id,
-            tails,
+            run,
             min_shared_prefix=self.config.min_shared_prefix,
             past=cache,
             past_len=past_len,
+            past_valid_BP=past_valid,
         )
-        self._stats.prefill_tokens += shared + sum(len(x) - shared for x in tails)
+        if dedupe:
+            index_B = torch.as_tensor(row_of, device=dev)
+            logits_BV, attn_BT = logits_BV.index_select(0, index_B), attn_BT.index_select(0, index_B)
+        else:
+            row_of = list(range(B))
+        self._stats.prefill_tokens += shared + sum(len(x) - shared for x in run)
+        # the columns every row has in common, stored for prompts that start the same way
+        common = past_len + (shared or (len(run[0]) if B > 1 and len(run) == 1 else 0))
+        if common > past_len and self.config.prefix_cache_bytes:
+            self.store.put(
+                rows[0].prompt[:common],
+                [
+                    (lay.keys[:1, :, :common].clone(), lay.values[:1, :, :common].clone())
+                    for lay in cache.layers
+                ],
+                rows[0].version,
+            )
         for r in rows:
             r.next_pos = len(r.prompt)
         keep = self._sample(rows, logits_BV)
@@ -651,12 +742,14 @@ class InferenceEngine:
                 self._finish(row)
         if not keep:
             return
-        idx = torch.as_tensor(keep, device=dev)
+        sel = [row_of[j] for j in keep]
         layers = [(layer.keys, layer.values) for layer in cache.layers]
         valid = attn_BT
-        if len(keep) < B:
+        if sel != list(range(len(run))):
+            idx = torch.as_tensor(sel, device=dev)
             layers = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in layers]
-            valid = valid.index_select(0, idx)
+        if len(keep) < B:
+            valid = valid.index_select(0, torch.as_tensor(keep, device=dev))
         self._slots.insert(layers, valid)
         self._rows += [rows[j] for j in keep]
 

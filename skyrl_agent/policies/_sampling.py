@@ -48,9 +48,23 @@ def sample_rows(
             drop_sorted[0] = False  # the most likely token always stays
             drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
             probs_V = probs_V.masked_fill(drop, 0.0)
-        tokens.append(int(torch.multinomial(probs_V, 1, generator=generators[i])))
+        tokens.append(draw(probs_V, generators[i]))
     tokens_B = torch.tensor(tokens, dtype=torch.long, device=logits_BV.device)
     return tokens_B, raw_logprobs_BV.gather(1, tokens_B[:, None])[:, 0]
+
+
+def draw(probs_V: torch.Tensor, generator: torch.Generator) -> int:
+    """One index drawn from the (unnormalised) weights ``probs_V`` by inverting their CDF with
+    one uniform number: exact, and far cheaper than ``torch.multinomial``, which draws an
+    exponential variate for every entry of the vocabulary (measured here: 1.4 ms a row for
+    49,152 entries, 40 ms of a 290 ms decode step of 32 rows). A token of weight 0 is never
+    drawn: the first cumulative sum above ``u * total`` belongs to a token of positive weight."""
+    cum_V = torch.cumsum(probs_V, dim=-1)
+    u = torch.rand((), generator=generator, device=probs_V.device, dtype=cum_V.dtype)
+    idx = int(torch.searchsorted(cum_V, u * cum_V[-1], right=True))
+    if idx >= probs_V.shape[-1]:  # u * total rounded up to total: the last token of positive weight
+        idx = int((probs_V > 0).nonzero()[-1])
+    return idx
 
 
 def find_stop(tokenizer: Any, ids: list[int], stops: tuple[str, ...]) -> str | None:
@@ -71,20 +85,22 @@ def prefill(
     min_shared_prefix: int,
     past: Any = None,
     past_len: int = 0,
+    past_valid_BP: torch.Tensor | None = None,
 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """Run ``tails`` through ``model`` as one left-padded batch on top of ``past`` (a cache of
-    ``past_len`` columns valid for every row, or None); return ``(cache, last logits_BV,
-    attention mask_BT, position ids_BS of the tails' block, tokens shared)``.
+    """Run ``tails`` through ``model`` as one left-padded batch on top of ``past`` (a one-row
+    cache of ``past_len`` columns that every row continues, or None; or, with ``past_valid_BP``,
+    a B-row cache whose real columns it marks); return ``(cache, last logits_BV, attention
+    mask_BT, position ids_BS of the tails' block, tokens shared)``.
 
     Rows often share a long prefix (a system prompt, a worked example, the same prompt for every
-    sample of a GRPO group). Without ``past``, the longest prefix common to all rows (at least
-    ``min_shared_prefix`` tokens) is computed once for one row and its KV repeated to every row;
-    only the rest of each prompt runs per row, left-padded inside that block with position ids
-    that skip the padding. The result equals running every full prompt (a test checks logits
-    and samples)."""
+    sample of a GRPO group). The longest prefix common to all tails (at least
+    ``min_shared_prefix`` tokens) is computed once for one row, on top of ``past``, and the KV is
+    repeated to every row; only the rest of each prompt runs per row, left-padded inside that
+    block with position ids that skip the padding. The result equals running every full prompt
+    (a test checks logits and samples)."""
     B, dev = len(tails), next(model.parameters()).device
     shared = 0
-    if past is None and B > 1:
+    if B > 1 and past_valid_BP is None:
         shortest, first = min(len(x) for x in tails), tails[0]
         while shared < shortest - 1 and all(x[shared] == first[shared] for x in tails):
             shared += 1
@@ -92,15 +108,18 @@ def prefill(
             shared = 0
     cache = past
     if shared:
-        prefix = torch.as_tensor(tails[0][:shared], dtype=torch.long, device=dev)[None]  # 1 x P
+        prefix = torch.as_tensor(tails[0][:shared], dtype=torch.long, device=dev)[None]  # 1 x S0
+        kwargs0: dict[str, Any] = {cache_kwarg: past} if past is not None else {}
         out = model(
             input_ids=prefix,
-            attention_mask=torch.ones_like(prefix),
-            position_ids=torch.arange(shared, device=dev)[None],
+            attention_mask=torch.ones((1, past_len + shared), dtype=torch.long, device=dev),
+            position_ids=torch.arange(past_len, past_len + shared, device=dev)[None],
             use_cache=True,
             logits_to_keep=1,
+            **kwargs0,
         )
         cache = output_cache(out)
+    if cache is not None and B > 1 and past_valid_BP is None:
         cache.batch_repeat_interleave(B)
     P = past_len + shared  # columns already in the cache, valid for every row
     suffixes = [x[shared:] for x in tails]
@@ -111,7 +130,8 @@ def prefill(
         ids_BS[i, S - len(x) :] = torch.as_tensor(x, dtype=torch.long)
         mask_BS[i, S - len(x) :] = 1
     ids_BS, mask_BS = ids_BS.to(dev), mask_BS.to(dev)
-    attn_BT = torch.cat([mask_BS.new_ones((B, P)), mask_BS], dim=1)  # B x (P + S)
+    past_BP = mask_BS.new_ones((B, P)) if past_valid_BP is None else past_valid_BP.to(mask_BS)
+    attn_BT = torch.cat([past_BP, mask_BS], dim=1)  # B x (P + S)
     pos_BS = (attn_BT.cumsum(-1) - 1).clamp(min=0)[:, P:]
     kwargs: dict[str, Any] = {cache_kwarg: cache} if cache is not None else {}
     out = model(

@@ -113,6 +113,68 @@ def test_the_next_turn_reuses_the_kv_of_the_last(policies, tiny, tokenizer):
     assert torch.allclose(ref, torch.tensor(out2.logprobs), atol=1e-4)
 
 
+_SYSTEM = "System: you are a careful assistant who uses the calculator tool for every sum.\n"
+
+
+def test_samples_of_a_group_prefill_once_and_later_prompts_reuse_the_system_prompt(policies, tiny, tokenizer):
+    engine, reference = policies
+    q1 = tokenizer.encode(_SYSTEM + "User: what is 17 + 25?\nAssistant:")
+    group = [GenerateRequest(q1, SamplingParams(temperature=0.9, max_tokens=8, seed=s)) for s in range(4)]
+    before = engine.engine_stats()
+    outs = engine.generate_sync(group)
+    after = engine.engine_stats()
+    assert after.prefill_tokens - before.prefill_tokens == len(q1)  # one row ran for four
+    for req, out in zip(group, outs, strict=True):  # each sample as if it ran alone
+        assert out.token_ids == reference.generate_sync([req])[0].token_ids
+        ref = _full_logprobs(tiny[0], q1, out.token_ids)
+        assert torch.allclose(ref, torch.tensor(out.logprobs), atol=1e-4)
+    q2 = tokenizer.encode(_SYSTEM + "User: and 3 + 4?\nAssistant:")
+    shared = next(i for i, (a, b) in enumerate(zip(q1, q2, strict=False)) if a != b)
+    before = engine.engine_stats()
+    [out2] = engine.generate_sync([GenerateRequest(q2, GREEDY)])
+    after = engine.engine_stats()
+    assert after.reused_tokens - before.reused_tokens == shared  # the system prompt's KV, stored
+    assert after.prefill_tokens - before.prefill_tokens == len(q2) - shared
+    assert out2.token_ids == reference.generate_sync([GenerateRequest(q2, GREEDY)])[0].token_ids
+    assert torch.allclose(_full_logprobs(tiny[0], q2, out2.token_ids), torch.tensor(out2.logprobs), atol=1e-4)
+
+
+def test_next_turns_of_different_episodes_prefill_as_one_batch(tiny, tokenizer):
+    """Rows continuing different stored prefixes (of different lengths, one with a gap from a
+    shared-prefix prefill) join in one prefill over their padded pasts; results are exact."""
+    engine = HFPolicy(*tiny, seed=0, max_batch_size=8)
+    reference = HFPolicy(*tiny, seed=0, scheduler="static", max_batch_size=1)
+    try:
+        firsts = [
+            tokenizer.encode(_SYSTEM + f"User: {q}\nAssistant:") for q in ("hi", "what is 2 + 2?", "a b c")
+        ]
+        outs1 = engine.generate_sync(
+            [GenerateRequest(p, GREEDY.replace(max_tokens=5 + 2 * i)) for i, p in enumerate(firsts)]
+        )
+        seconds = [_next_turn(p, o, tokenizer) for p, o in zip(firsts, outs1, strict=True)]
+        calls = []
+        real = engine.engine._run_prefill
+
+        def spy(rows, tails, pasts):
+            calls.append((len(rows), len(pasts)))
+            return real(rows, tails, pasts)
+
+        engine.engine._run_prefill = spy
+        before = engine.engine_stats()
+        outs2 = engine.generate_sync([GenerateRequest(p, GREEDY) for p in seconds])
+        assert calls == [(3, 3)]  # one batch, each row on its own past
+        reused = engine.engine_stats().reused_tokens - before.reused_tokens
+        assert reused == sum(len(p) + len(o.token_ids) - 1 for p, o in zip(firsts, outs1, strict=True))
+        for p, out in zip(seconds, outs2, strict=True):
+            assert out.token_ids == reference.generate_sync([GenerateRequest(p, GREEDY)])[0].token_ids
+            assert torch.allclose(
+                _full_logprobs(tiny[0], p, out.token_ids), torch.tensor(out.logprobs), atol=1e-4
+            )
+    finally:
+        engine.close()
+        reference.close()
+
+
 def test_a_weight_update_invalidates_stored_prefixes(tiny, tokenizer):
     model, tok = tiny
     import copy

@@ -195,3 +195,19 @@ def test_shared_prefix_prefill_matches_full_prefill(tiny, tokenizer):
     finally:
         sharing.close()
         plain.close()
+
+
+def test_the_inverse_cdf_draw_follows_the_weights_and_skips_zero_weights():
+    from skyrl_agent.policies._sampling import draw
+
+    weights = torch.tensor([0.0, 0.5, 0.0, 0.2, 0.3, 0.0])
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(6)
+    n = 20_000
+    for _ in range(n):
+        counts[draw(weights, g)] += 1
+    assert counts[[0, 2, 5]].sum() == 0
+    freq = counts / n
+    se = (weights * (1 - weights) / n).sqrt()  # binomial standard error of each frequency
+    assert ((freq - weights).abs() <= 4 * se + 1e-9).all(), freq
+    assert draw(torch.tensor([0.0, 0.0, 1.0]), g) == 2
