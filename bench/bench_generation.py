@@ -161,7 +161,8 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
     print(f"\n## 1. the main job's evaluation: {len(rows)} prompts x {cfg.eval_samples} samples, two turns")
     out: dict[str, Any] = {}
     for name, kw in (("engine", {}), ("static", {"scheduler": "static"})):
-        policy = HFPolicy(model, tok, max_batch_size=32, seed=cfg.seed, autocast_bf16=args.bf16, **kw)
+        rows_cap = max(cfg.prompts_per_step * cfg.group_size, 32)  # what `skyrl train` gives its sampler
+        policy = HFPolicy(model, tok, max_batch_size=rows_cap, seed=cfg.seed, autocast_bf16=args.bf16, **kw)
         generated = 0
         real = policy.generate
 
