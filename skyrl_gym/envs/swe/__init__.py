@@ -9,7 +9,7 @@
 See ``README.md`` ("SWE repair") and ``docs/decisions/0013-swe-env.md``.
 """
 
-from skyrl_gym.envs.swe.grading import grade_patch
+from skyrl_gym.envs.swe.grading import GradingSetupError, grade_patch
 from skyrl_gym.envs.swe.instances import BUNDLED_TASKS, bundled_instances, instance_from_row, load_instances
 from skyrl_gym.envs.swe.log_parsers import get_log_parser, list_log_parsers, register_log_parser
 from skyrl_gym.envs.swe.patches import filter_patch, protected_reason, split_patch
@@ -18,6 +18,7 @@ from skyrl_gym.envs.swe.types import GradeReport, SWEEnvConfig, SWEInstance, Tes
 __all__ = [
     "BUNDLED_TASKS",
     "GradeReport",
+    "GradingSetupError",
     "SWEEnvConfig",
     "SWEInstance",
     "TestResult",

@@ -154,6 +154,9 @@ def check_instances(instances: Sequence[Any], config: Any, workers: int = 2) -> 
         if empty is not None:
             row["empty"] = empty.to_dict()
         errors = [e for e in (gold_error, empty_error) if e]
+        for name, rep in (("gold", gold), ("empty", empty)):
+            if rep is not None and rep.setup_error:  # the row lists tests its command never runs
+                errors.append(f"{name} patch: listed tests never ran: {', '.join(rep.missing[:3])}")
         if errors:
             row["error"] = "; ".join(errors)
         return row

@@ -29,7 +29,7 @@ from skyrl_gym.config import config_get
 from skyrl_gym.core import BaseTextEnv
 from skyrl_gym.envs.swe._repo import RepoSource, resolve_repo
 from skyrl_gym.envs.swe._runtime import Workspace, open_workspace
-from skyrl_gym.envs.swe.grading import grade_patch
+from skyrl_gym.envs.swe.grading import GradingSetupError, grade_patch
 from skyrl_gym.envs.swe.instances import bundled_instances, instance_from_row
 from skyrl_gym.envs.swe.types import GradeReport, SWEEnvConfig, SWEInstance
 from skyrl_gym.errors import ConfigError, SandboxError
@@ -219,6 +219,12 @@ class SWEEnv(BaseTextEnv):
                 observations=[], reward=0.0, done=True, metadata=meta, truncated=True
             )
         self.report = grade_patch(self.instance, self.patch, config=self.config, source=self.source)
+        if self.report.setup_error:  # the instance's fault, not the model's: the episode is masked
+            raise GradingSetupError(
+                f"{self.instance.instance_id}: listed tests never ran: {', '.join(self.report.missing[:5])}"
+                f"{' ...' if len(self.report.missing) > 5 else ''}; fix the row's FAIL_TO_PASS/PASS_TO_PASS "
+                "or its test_cmd (`skyrl swe check` finds such rows)"
+            )
         meta.update(self.report.to_dict(), graded=True, patch=self.patch)
         if diff_error is not None:
             meta.update(error="diff_failed", message=diff_error)

@@ -4,12 +4,22 @@
 2. The model's patch, without its protected files (:func:`~skyrl_gym.envs.swe.patches.filter_patch`),
    is applied with ``git apply``, then ``git apply --reject``-free fallbacks: ``patch --fuzz``.
    A patch that does not apply is not resolved (``error="patch_failed"``).
+   The model's changes to the test files the instance names (its ``test_patch`` and the files
+   of its ``FAIL_TO_PASS`` / ``PASS_TO_PASS`` ids) are dropped too: grading runs them as the
+   instance wrote them.
 3. The files of ``test_patch`` are restored to ``base_commit`` (removed when new), then the
    ``test_patch`` is applied.
-4. The tests of ``test_patch`` run (pytest ``-rA`` by default) under a deadline; the log is
-   parsed with the instance's log parser.
+4. The tests run under a deadline: the row's ``test_cmd``, or pytest (``-rA``) on every file
+   that ``test_patch`` touches or a listed test id names (SWE-smith and SWE-Gym rows list
+   ``PASS_TO_PASS`` tests from the whole suite, not only the patched files), with
+   ``--continue-on-collection-errors`` so that one file that no longer imports does not hide the
+   others. The log is parsed with the instance's log parser.
 5. Resolved only when every ``FAIL_TO_PASS`` and every ``PASS_TO_PASS`` test passed (PASSED or
-   XFAIL; a skipped or missing test does not count as passing).
+   XFAIL; a skipped test does not count as passing). A listed test absent from the log is
+   ``ERROR`` when its file failed to collect (the patch broke an import: the model's fault)
+   and otherwise a grading-setup error (``error="tests_missing"``, the names in ``missing``):
+   the row or its test command is wrong, which no patch can fix, so the env raises
+   :class:`GradingSetupError` and the episode is masked, never scored 0.
 """
 
 from __future__ import annotations
@@ -22,9 +32,17 @@ from skyrl_gym.envs.swe._runtime import Workspace, open_workspace
 from skyrl_gym.envs.swe.log_parsers import get_log_parser
 from skyrl_gym.envs.swe.patches import files_under_test, filter_patch, patch_files
 from skyrl_gym.envs.swe.types import GradeReport, SWEEnvConfig, SWEInstance, TestResult
-from skyrl_gym.errors import ConfigError, SandboxError
+from skyrl_gym.errors import ConfigError, InfrastructureError, SandboxError
 
-__all__ = ["grade_patch", "command_for_tests", "apply_patch", "START_MARKER", "END_MARKER"]
+__all__ = [
+    "grade_patch",
+    "command_for_tests",
+    "listed_test_files",
+    "apply_patch",
+    "GradingSetupError",
+    "START_MARKER",
+    "END_MARKER",
+]
 
 START_MARKER = ">>>>> skyrl-swe tests start"
 END_MARKER = ">>>>> skyrl-swe tests end"
@@ -34,12 +52,33 @@ _APPLY = (
 )
 
 
+class GradingSetupError(InfrastructureError):
+    """Grading could not judge a patch because of the instance, not the patch: a listed test
+    never ran (the row names a test its test command does not run, or that does not exist).
+    An infrastructure failure: the episode is masked. Fix the row's ``FAIL_TO_PASS`` /
+    ``PASS_TO_PASS`` or its ``test_cmd``; ``skyrl swe check`` finds such rows."""
+
+
+def _file_of(test_id: str) -> str | None:
+    """The file part of a pytest node id (``tests/t.py::test_x[1]`` -> ``tests/t.py``)."""
+    path = test_id.split("::", 1)[0]
+    return path if "::" in test_id and path.endswith(".py") else None
+
+
+def listed_test_files(instance: SWEInstance) -> list[str]:
+    """The test files grading runs: those ``test_patch`` leaves, then those the listed test ids
+    name, in order, once each."""
+    named = (_file_of(t) for t in (*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS))
+    return list(dict.fromkeys([*files_under_test(instance.test_patch), *(f for f in named if f)]))
+
+
 def command_for_tests(instance: SWEInstance, python: str) -> str:
-    """The shell command that runs ``instance``'s tests."""
+    """The shell command that runs ``instance``'s tests (its ``test_cmd``, or pytest on
+    :func:`listed_test_files`)."""
     if instance.test_cmd:
         return instance.test_cmd
-    files = " ".join(shlex.quote(f) for f in files_under_test(instance.test_patch))
-    return f"{python} -P -m pytest -rA --tb=short -p no:cacheprovider {files}"
+    files = " ".join(shlex.quote(f) for f in listed_test_files(instance))
+    return f"{python} -P -m pytest -rA --tb=short -p no:cacheprovider --continue-on-collection-errors {files}"
 
 
 def apply_patch(ws: Workspace, patch: str) -> tuple[bool, str]:
@@ -97,7 +136,7 @@ def grade_patch(
     parser = get_log_parser(instance.log_parser)
     filtered, dropped = filter_patch(
         model_patch or "",
-        test_patch_files=patch_files(instance.test_patch),
+        test_patch_files=[*patch_files(instance.test_patch), *listed_test_files(instance)],
         base_packages=source.packages(instance.base_commit),
     )
 
@@ -123,17 +162,31 @@ def grade_patch(
     # the first start and the last end marker: the code under test can print markers too
     body = log.split(START_MARKER, 1)[-1].rsplit(END_MARKER, 1)[0]
     statuses = parser(body)
+    missing: list[str] = []
+
+    def status(name: str) -> str:
+        if name in statuses:
+            return statuses[name]
+        file = _file_of(name)
+        if file is not None and statuses.get(file) == "ERROR":
+            return "ERROR"  # its file did not collect: the patched code broke an import
+        if not result.timed_out:
+            missing.append(name)
+        return "MISSING"
+
     tests = tuple(
-        TestResult(name, kind, statuses.get(name, "MISSING"))  # type: ignore[arg-type]
+        TestResult(name, kind, status(name))  # type: ignore[arg-type]
         for kind, names in (("FAIL_TO_PASS", instance.FAIL_TO_PASS), ("PASS_TO_PASS", instance.PASS_TO_PASS))
         for name in names
     )
     resolved = not result.timed_out and all(t.passed for t in tests)
     tail = "\n".join(body.strip().splitlines()[-40:])
+    error = "tests_timed_out" if result.timed_out else "tests_missing" if missing else None
     return report(
         resolved=resolved,
         patch_applied=True,
         tests=tests,
-        error="tests_timed_out" if result.timed_out else None,
+        error=error,
+        missing=tuple(missing),
         log_tail=tail,
     )

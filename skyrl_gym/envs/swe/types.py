@@ -169,7 +169,11 @@ class GradeReport:
     """Files the model's patch touched that grading ignores (tests, conftest, pytest config...)."""
     error: str | None = None
     """Why grading could not judge the patch: ``patch_failed`` (the model's fault),
-    ``tests_timed_out``; ``None`` when the tests ran."""
+    ``tests_timed_out``, ``tests_missing`` (listed tests that never ran and whose file did not
+    fail to collect: the instance's fault, see :attr:`setup_error`); ``None`` when every listed
+    test ran."""
+    missing: tuple[str, ...] = ()
+    """The listed tests absent from the log (with ``error="tests_missing"``)."""
     log_tail: str = ""
     """The last lines of the test log (or of the failed patch command)."""
     duration_s: float = 0.0
@@ -179,6 +183,12 @@ class GradeReport:
     def reward(self) -> float:
         """1.0 when resolved, else 0.0."""
         return 1.0 if self.resolved else 0.0
+
+    @property
+    def setup_error(self) -> bool:
+        """True when the verdict says nothing about the patch (the instance's tests did not
+        run as listed): such an episode is masked, not scored."""
+        return self.error == "tests_missing"
 
     def counts(self) -> dict[str, int]:
         """Passed and total counts of each list."""
@@ -199,6 +209,7 @@ class GradeReport:
             "tests": [t.to_dict() for t in self.tests],
             "discarded_files": list(self.discarded_files),
             "error": self.error,
+            "missing": list(self.missing),
             "duration_s": round(self.duration_s, 3),
         }
 

@@ -93,3 +93,21 @@ def test_check_a_published_style_file_with_repos_dir(tmp_path, capsys):
     shutil.copy(BUNDLED_TASKS.parent / "pocketlib.bundle", repos / "pocketlib__pocketlib.bundle")
     assert main(["check", str(tasks), "--repos", str(repos), "--sandbox", "local"]) == 0
     assert "1/1 instances behave" in capsys.readouterr().out
+
+
+def test_check_names_listed_tests_that_never_run(tmp_path, capsys):
+    import dataclasses
+
+    from skyrl_gym.envs.swe import bundled_instances
+
+    inst = bundled_instances()[0]
+    wrong = dataclasses.replace(
+        inst, PASS_TO_PASS=(*inst.PASS_TO_PASS, "tests/test_roman.py::test_no_such_test")
+    )
+    tasks = tmp_path / "tasks.jsonl"
+    row = wrong.to_row() | {"repo_path": str(BUNDLED_TASKS.parent / "pocketlib.bundle")}
+    tasks.write_text(json.dumps(row) + "\n")
+    assert main(["check", str(tasks), "--sandbox", "local", "--json"]) == 1
+    [result] = json.loads(capsys.readouterr().out)
+    assert not result["ok"] and result["gold"]["missing"] == ["tests/test_roman.py::test_no_such_test"]
+    assert "gold patch: listed tests never ran: tests/test_roman.py::test_no_such_test" in result["error"]

@@ -191,3 +191,14 @@ def test_the_diff_is_against_the_base_even_after_the_agent_commits(instances):
         env.step(call("bash", command="rm -rf .git"))
         out = env.step(call("submit"))
         assert out.done and out.reward == 0.0 and out.metadata["error"] == "diff_failed"
+
+
+def test_a_grading_setup_error_raises_out_of_step_and_masks_the_episode(instances):
+    from skyrl_gym.envs.swe import GradingSetupError
+    from skyrl_gym.errors import InfrastructureError
+
+    inst = dataclasses.replace(instances[0], PASS_TO_PASS=("tests/test_roman.py::test_no_such_test",))
+    with make(inst, max_turns=1) as env:
+        with pytest.raises(GradingSetupError, match="test_no_such_test") as info:
+            env.step("nothing")
+    assert isinstance(info.value, InfrastructureError)  # what the runtime masks

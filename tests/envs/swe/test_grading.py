@@ -148,3 +148,56 @@ def test_the_hacks_are_real_when_not_filtered(hack, instances, make_patch):
     trusted = dataclasses.replace(inst, test_patch=inst.test_patch + extra, test_cmd=command)
     report = grade_patch(trusted, module, config=LOCAL)
     assert report.resolved, report.log_tail
+
+
+# ---------------------------------------------------------------- which tests run (issue 20, item 2)
+def _roman_tests(inst, base_file) -> list[str]:
+    text = base_file(inst, "tests/test_roman.py")
+    return [
+        f"tests/test_roman.py::{line[4:].split('(')[0]}"
+        for line in text.splitlines()
+        if line.startswith("def test_")
+    ]
+
+
+def test_pass_to_pass_tests_in_other_files_run(instances, base_file):
+    inst = instances[0]  # its test_patch touches tests/test_intervals.py only
+    roman = _roman_tests(inst, base_file)[:2]
+    assert roman
+    wide = dataclasses.replace(inst, PASS_TO_PASS=(*inst.PASS_TO_PASS, *roman))
+    assert "tests/test_roman.py" in command_for_tests(wide, "python3")
+    gold = grade_patch(wide, wide.patch, config=LOCAL)
+    assert gold.resolved and gold.error is None and not gold.missing
+    assert {t.name: t.status for t in gold.tests}[roman[0]] == "PASSED"
+
+
+def test_a_listed_test_that_never_runs_is_a_setup_error_not_a_zero(instances):
+    inst = instances[0]
+    ghost = "tests/test_roman.py::test_no_such_test"
+    wrong = dataclasses.replace(inst, PASS_TO_PASS=(*inst.PASS_TO_PASS, ghost))
+    gold = grade_patch(wrong, wrong.patch, config=LOCAL)
+    assert not gold.resolved and gold.error == "tests_missing" and gold.setup_error
+    assert gold.missing == (ghost,) and gold.to_dict()["missing"] == [ghost]
+    assert not grade_patch(inst, inst.patch, config=LOCAL).setup_error
+
+
+def test_a_patch_that_breaks_a_listed_file_s_import_fails_its_tests(instances, base_file, make_patch):
+    inst = instances[0]
+    roman = _roman_tests(inst, base_file)[:1]
+    wide = dataclasses.replace(inst, PASS_TO_PASS=(*inst.PASS_TO_PASS, *roman))
+    broken = make_patch(wide, {"pocketlib/roman.py": "def to_roman(:\n"}, apply_gold=True)
+    report = grade_patch(wide, broken, config=LOCAL)
+    assert not report.resolved and not report.setup_error and report.error is None
+    assert {t.name: t.status for t in report.tests}[roman[0]] == "ERROR"
+
+
+def test_edits_to_a_listed_test_file_outside_the_test_patch_are_dropped(instances, base_file, make_patch):
+    inst = instances[0]
+    roman = _roman_tests(inst, base_file)[:1]
+    wide = dataclasses.replace(inst, PASS_TO_PASS=(*inst.PASS_TO_PASS, *roman))
+    # the gold fix plus an edit that would make the roman tests fail if it counted
+    edit = base_file(inst, "tests/test_roman.py") + "\n\nassert False, 'edited'\n"
+    patch = make_patch(wide, {"tests/test_roman.py": edit}, apply_gold=True)
+    report = grade_patch(wide, patch, config=LOCAL)
+    assert "tests/test_roman.py" in report.discarded_files
+    assert report.resolved
