@@ -60,6 +60,11 @@ __all__ = ["EngineConfig", "EngineStats", "InferenceEngine", "PrefixStore"]
 
 log = logging.getLogger(__name__)
 
+#: One row's KV, per layer ``(keys, values)`` of ``[1, heads, T, dim]``.
+_KV = list[tuple[torch.Tensor, torch.Tensor]]
+#: A stored past a newcomer continues: ``(tokens, KV)``.
+_Past = tuple[int, _KV]
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -619,7 +624,7 @@ class InferenceEngine:
         fresh = groups.pop(None, [])
         if fresh:
             self._prefill_isolated(fresh, [r.prompt for r in fresh], [])
-        singles: list[tuple[_Row, int, list[tuple[torch.Tensor, torch.Tensor]]]] = []
+        singles: list[tuple[_Row, int, _KV]] = []
         # ascending length: an entry used in part by one group and whole by another (which removes
         # it) hands out its part first
         for (key, n), members in sorted(groups.items(), key=lambda kv: kv[0][1]):
@@ -640,7 +645,7 @@ class InferenceEngine:
         self,
         rows: list[_Row],
         tails: list[list[int]],
-        pasts: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]],
+        pasts: list[_Past],
     ) -> None:
         """:meth:`_run_prefill`; when a group fails, each row runs alone on its whole prompt, so
         only the row at fault gets the error (the running rows are not touched by a prefill)."""
@@ -660,9 +665,7 @@ class InferenceEngine:
                 row.finish = row.matched = None
                 self._prefill_isolated([row], [row.prompt], [])
 
-    def _past_cache(
-        self, pasts: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]]
-    ) -> tuple[Any, int, torch.Tensor | None]:
+    def _past_cache(self, pasts: list[_Past]) -> tuple[Any, int, torch.Tensor | None]:
         """``(cache, columns, valid_BP)`` for rows continuing stored KV. One past shared by every
         row (``pasts`` all the same object): a one-row cache, valid_BP None. Different pasts:
         each row's KV right-aligned in a ``[B, heads, P, dim]`` buffer (P the longest),
@@ -693,7 +696,7 @@ class InferenceEngine:
         self,
         rows: list[_Row],
         tails: list[list[int]],
-        pasts: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]],
+        pasts: list[_Past],
     ) -> None:
         """Run ``tails`` (each row's prompt after the tokens whose KV its entry of ``pasts``
         holds; ``pasts`` empty for fresh rows) as one left-padded batch. Rows that continue one
