@@ -3,8 +3,8 @@ client (checked against ``tinker`` 0.38.0, see :data:`CHECKED_CLIENT_VERSION`).
 
 Training models are the base model (bundled SmolLM2, a local directory, or a tiny random model
 for tests) with LoRA adapters through peft, or a full fine-tune; ``forward_backward`` computes
-Tinker's summed losses (``cross_entropy``, ``importance_sampling``, ``ppo``, ``cispo``, ``dro``) with the
-native trainer's loss functions (:mod:`integrations.tinker.losses`); ``optim_step`` is AdamW with
+Tinker's summed losses (``cross_entropy``, ``importance_sampling``, ``ppo``, ``cispo``, ``dro``,
+``gspo``) with the native trainer's loss functions (:mod:`integrations.tinker.losses`); ``optim_step`` is AdamW with
 the request's Adam parameters; sampling runs :class:`~skyrl_agent.policies.hf.HFPolicy` on a
 snapshot of the weights; checkpoints are ``tinker://`` paths in a local directory.
 

@@ -12,7 +12,17 @@ and ``ratio = exp(target_logprobs - sampling_logprobs)``:
 ``ppo``                        ``-sum(min(ratio * A, clip(ratio, low, high) * A))``
 ``cispo``                      ``-sum(sg(clip(ratio, low, high)) * target_logprobs * A)``
 ``dro``                        ``-sum(target_logprobs * A - 0.5 * beta * (target_logprobs - sampling_logprobs)^2)``
+``gspo``                       ``-sum(min(s * A, clip(s, low, high) * A))`` over the trained tokens
 ============================  =================================================================
+
+``gspo`` (Zheng et al. 2025) replaces the token ratio by one ratio per datum, the geometric mean
+``s = exp(mean(target_logprobs - sampling_logprobs))`` over the datum's *trained tokens*, those
+with a nonzero advantage: Tinker datums carry the prompt with advantage 0 and sampler logprob 0,
+and a mean over those positions would measure the prompt, not the policy's change. Its gradient
+is GSPO's: every trained token gets ``s * grad(target_logprob)`` (the GSPO-token form of
+:func:`trainers.losses.gspo_loss`), and a clipped datum gets none. Tinker does not document
+``gspo``; this follows the paper and SkyRL's Tinker API, which take the same two ratio bounds as
+``ppo`` (default 0.8/1.2 here as for every loss; the paper's range is ``0.9997``/``1.0004``).
 
 ``low``/``high`` are ``clip_low_threshold``/``clip_high_threshold`` from ``loss_fn_config``
 (ratio bounds, default 0.8/1.2) and ``beta`` (``dro``; default ``PolicyLossConfig.dro_beta``,
@@ -32,6 +42,7 @@ clients read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -39,7 +50,7 @@ from typing import Literal, get_args
 import torch
 
 from integrations.tinker.types import TinkerRequestError
-from trainers.losses import cispo_loss, dro_loss, importance_sampling_loss, ppo_clip_loss
+from trainers.losses import cispo_loss, dro_loss, gspo_loss, importance_sampling_loss, ppo_clip_loss
 from trainers.types import LossReduction, PolicyLossConfig
 
 __all__ = [
@@ -52,7 +63,7 @@ __all__ = [
     "tinker_loss",
 ]
 
-TinkerLossName = Literal["cross_entropy", "importance_sampling", "ppo", "cispo", "dro"]
+TinkerLossName = Literal["cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo"]
 #: The ``loss_fn`` values this server computes.
 SUPPORTED_LOSSES: tuple[str, ...] = get_args(TinkerLossName)
 
@@ -63,6 +74,7 @@ _INPUTS: dict[str, tuple[str, ...]] = {
     "ppo": _RL_INPUTS,
     "cispo": _RL_INPUTS,
     "dro": _RL_INPUTS,
+    "gspo": _RL_INPUTS,
 }
 _CLIP_KEYS = ("clip_low_threshold", "clip_high_threshold")
 _CONFIG_KEYS: dict[str, tuple[str, ...]] = {
@@ -71,10 +83,10 @@ _CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "ppo": _CLIP_KEYS,
     "cispo": _CLIP_KEYS,
     "dro": ("beta",),
+    "gspo": _CLIP_KEYS,
 }
 _DEFAULT_LOW, _DEFAULT_HIGH = 0.8, 1.2
 _NOT_HERE = {
-    "gspo": "Tinker's GSPO",
     "stable_reinforce": "StableReinforce",
     "custom": "server-side custom losses (forward_backward_custom runs client-side and works)",
 }
@@ -134,7 +146,7 @@ class LossResult:
 def _policy_config(loss_fn: str, config: Mapping[str, float | str]) -> PolicyLossConfig:
     low = float(config.get("clip_low_threshold", _DEFAULT_LOW))
     high = float(config.get("clip_high_threshold", _DEFAULT_HIGH))
-    if loss_fn in ("ppo", "cispo") and not (low <= 1.0 <= high):
+    if loss_fn in ("ppo", "cispo", "gspo") and not (low <= 1.0 <= high):
         raise TinkerRequestError(
             f"{loss_fn}: need clip_low_threshold <= 1 <= clip_high_threshold (ratio bounds such as "
             f"0.8 and 1.2), got {low} and {high}"
@@ -145,6 +157,8 @@ def _policy_config(loss_fn: str, config: Mapping[str, float | str]) -> PolicyLos
             return PolicyLossConfig(eps_low=1.0 - low, eps_high=high - 1.0, **sum_reduction)
         if loss_fn == "cispo":
             return PolicyLossConfig(cispo_eps_low=1.0 - low, cispo_eps_high=high - 1.0, **sum_reduction)
+        if loss_fn == "gspo":
+            return PolicyLossConfig(gspo_eps_low=1.0 - low, gspo_eps_high=high - 1.0, **sum_reduction)
         if loss_fn == "dro":
             beta = float(config.get("beta", PolicyLossConfig.dro_beta))
             return PolicyLossConfig(dro_beta=beta, **sum_reduction)
@@ -166,8 +180,13 @@ def _elementwise(
         return -ratio_N * adv_N
     if loss_fn == "dro":
         return -(lp_N * adv_N) + 0.5 * beta * (lp_N - inputs.logprobs_N).square()
+    if loss_fn == "gspo":
+        trained_N = adv_N != 0  # N
+        n = int(trained_N.sum())
+        log_s = float((lp_N - inputs.logprobs_N)[trained_N].sum()) / max(n, 1)
+        ratio_N = torch.full_like(lp_N, math.exp(log_s)) * trained_N  # N: s on trained tokens
     clipped_N = ratio_N.clamp(low, high)  # N
-    if loss_fn == "ppo":
+    if loss_fn in ("ppo", "gspo"):
         return -torch.minimum(ratio_N * adv_N, clipped_N * adv_N)
     return -clipped_N * lp_N * adv_N  # cispo
 
@@ -199,11 +218,14 @@ def tinker_loss(
             old_1N = inp.logprobs_N.to(lp_N.dtype)[None]  # 1 x N
             adv_1N = inp.advantages_N.to(lp_N.dtype)[None]  # 1 x N
             mask_1N = torch.ones_like(lp_1N)  # 1 x N: Tinker sums over every token
+            if loss_fn == "gspo":  # GSPO's sequence ratio: the mean over the trained tokens only
+                mask_1N = (adv_1N != 0).to(lp_N.dtype)
             fn = {
                 "importance_sampling": importance_sampling_loss,
                 "ppo": ppo_clip_loss,
                 "cispo": cispo_loss,
                 "dro": dro_loss,
+                "gspo": gspo_loss,
             }
             datum_loss, _ = fn[loss_fn](lp_1N, old_1N, adv_1N, mask_1N, pcfg)
         total = datum_loss if total is None else total + datum_loss

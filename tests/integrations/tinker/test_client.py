@@ -111,7 +111,7 @@ def _rl_datum(seq: list[int], sampler_lp: list[float], adv: list[float]) -> type
     )
 
 
-@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo", "dro"])
+@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo", "dro", "gspo"])
 def test_rl_losses_are_token_sums(service, loss_fn):
     training = service.create_lora_training_client(TINY_RANDOM_MODEL, rank=4, seed=1).result()
     seq = [11, 12, 13, 14, 15, 16]
@@ -124,16 +124,20 @@ def test_rl_losses_are_token_sums(service, loss_fn):
         "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
         "cispo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
         "dro": {"beta": 0.3},
+        "gspo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
     }[loss_fn]
     datum = _rl_datum(seq, sampler_lp, adv)
     out = training.forward_backward([datum, datum], loss_fn, config).result()
     ratio = np.exp(lp - np.array(sampler_lp))
     a = np.array(adv)
+    trained = a != 0  # gspo: one ratio, the geometric mean over the tokens with an advantage
+    s = np.exp((lp - np.array(sampler_lp))[trained].mean())
     per_token = {
         "importance_sampling": -ratio * a,
         "ppo": -np.minimum(ratio * a, np.clip(ratio, 0.8, 1.2) * a),
         "cispo": -np.clip(ratio, 0.8, 1.2) * lp * a,
         "dro": -(lp * a) + 0.5 * 0.3 * (lp - np.array(sampler_lp)) ** 2,
+        "gspo": -np.minimum(s * a, np.clip(s, 0.8, 1.2) * a) * trained,
     }[loss_fn]
     assert out.metrics["loss:sum"] == pytest.approx(2 * per_token.sum(), rel=1e-4, abs=1e-4)
     assert np.allclose(out.loss_fn_outputs[1]["elementwise_loss"].to_numpy(), per_token, atol=1e-4)
@@ -210,9 +214,9 @@ def _logprobs_at(service, path, seq):
 def test_unsupported_requests_fail_with_a_clear_error(service):
     training = service.create_lora_training_client(TINY_RANDOM_MODEL, rank=4).result()
     with pytest.raises(
-        tinker.RequestFailedError, match="Tinker's GSPO is not supported by this server"
+        tinker.RequestFailedError, match="StableReinforce is not supported by this server"
     ) as info:
-        training.forward_backward([_ce_datum([1, 2, 3])], "gspo").result()
+        training.forward_backward([_ce_datum([1, 2, 3])], "stable_reinforce").result()
     assert info.value.category == "user"
     fresh = service.create_lora_training_client(TINY_RANDOM_MODEL, rank=4).result()
     with pytest.raises(tinker.RequestFailedError, match=r"missing \['weights'\]"):

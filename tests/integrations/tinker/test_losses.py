@@ -79,7 +79,49 @@ def test_dro_penalises_the_squared_log_ratio():
     assert default == pytest.approx(4.0 + 0.05 * 2 * LN2**2, abs=1e-6)
 
 
-@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo", "dro"])
+def _gspo_datum(advantages):
+    # position 0 is the prompt (sampler logprob 0, advantage 0); the trained tokens' log ratios
+    # are [0, 0.3, 0], so the sequence ratio is s = exp(0.1)
+    lp = torch.tensor([-3.0, -1.0, -1.0, -1.0], requires_grad=True)
+    inputs = LossInputs(
+        target_tokens_N=torch.tensor([4, 5, 6, 7]),
+        logprobs_N=torch.tensor([0.0, -1.0, -1.3, -1.0]),
+        advantages_N=torch.tensor(advantages),
+    )
+    return lp, inputs
+
+
+def test_gspo_uses_one_length_normalised_ratio_per_datum():
+    s = math.exp(0.1)
+    lp, inputs = _gspo_datum([0.0, 1.0, 1.0, 2.0])
+    out = tinker_loss("gspo", [lp], [inputs])  # bounds 0.8 / 1.2: s is inside
+    assert out.loss.item() == pytest.approx(-s * (1 + 1 + 2), abs=1e-5)  # -sum(s * A)
+    out.loss.backward()
+    # each trained token: -A * s (GSPO's gradient); the prompt: none
+    assert lp.grad.tolist() == pytest.approx([0.0, -s, -s, -2 * s], abs=1e-5)
+    assert out.elementwise_N[0].tolist() == pytest.approx([0.0, -s, -s, -2 * s], abs=1e-5)
+    # with the prompt in the mean, s would be exp(-2.7 / 4) = 0.51 and clipped: no gradient at all
+
+
+def test_gspo_clips_the_sequence_ratio():
+    s = math.exp(0.1)
+    bounds = {"clip_low_threshold": 0.9, "clip_high_threshold": 1.05}
+    lp, inputs = _gspo_datum([0.0, 1.0, 1.0, 2.0])
+    out = tinker_loss("gspo", [lp], [inputs], bounds)  # s = 1.105 > 1.05 with A > 0: clipped
+    assert out.loss.item() == pytest.approx(-1.05 * 4, abs=1e-5)
+    out.loss.backward()
+    assert lp.grad.tolist() == pytest.approx([0.0] * 4, abs=1e-7)
+    lp, inputs = _gspo_datum([0.0, -1.0, -1.0, -1.0])  # A < 0: the unclipped term is the minimum
+    out = tinker_loss("gspo", [lp], [inputs], bounds)
+    assert out.loss.item() == pytest.approx(3 * s, abs=1e-5)
+    out.loss.backward()
+    assert lp.grad.tolist() == pytest.approx([0.0, s, s, s], abs=1e-5)
+    lp, inputs = _gspo_datum([0.0, 0.0, 0.0, 0.0])  # nothing trained: nothing, and no NaN
+    out = tinker_loss("gspo", [lp], [inputs])
+    assert out.loss.item() == 0.0 and out.elementwise_N[0].tolist() == [0.0] * 4
+
+
+@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo", "dro", "gspo"])
 def test_datums_add_up_and_elementwise_sums_to_the_loss(loss_fn):
     torch.manual_seed(0)
     lps, inputs = [], []
@@ -102,10 +144,10 @@ def test_datums_add_up_and_elementwise_sums_to_the_loss(loss_fn):
 
 
 def test_unsupported_losses_and_config_keys_say_what_works():
-    assert set(SUPPORTED_LOSSES) == {"cross_entropy", "importance_sampling", "ppo", "cispo", "dro"}
+    assert set(SUPPORTED_LOSSES) == {"cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo"}
     with pytest.raises(
         TinkerRequestError,
-        match="StableReinforce is not supported.*cross_entropy, importance_sampling, ppo, cispo, dro",
+        match="StableReinforce is not supported.*cross_entropy, importance_sampling, ppo, cispo, dro, gspo",
     ):
         check_loss_request("stable_reinforce", {})
     with pytest.raises(TinkerRequestError, match="dro takes only beta"):
@@ -119,3 +161,5 @@ def test_unsupported_losses_and_config_keys_say_what_works():
     lp, inputs = _rl_datum()
     with pytest.raises(TinkerRequestError, match="clip_low_threshold <= 1 <= clip_high_threshold"):
         tinker_loss("ppo", [lp], [inputs], {"clip_low_threshold": 1.1, "clip_high_threshold": 1.2})
+    with pytest.raises(TinkerRequestError, match="gspo: need clip_low_threshold <= 1"):
+        tinker_loss("gspo", [lp], [inputs], {"clip_low_threshold": 0.9, "clip_high_threshold": 0.95})
