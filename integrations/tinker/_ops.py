@@ -3,8 +3,10 @@ sampling. Each function runs on the worker thread and returns what the client re
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,7 +17,9 @@ from integrations.tinker._requests import SampleBody, SamplingParamsBody
 from integrations.tinker._wire import (
     EncodedSequence,
     FwdBwdRequest,
+    TargetPromptIds,
     WireDatum,
+    decode_target_prompt_ids,
     encode_forward_backward_output,
     encode_sample_response,
 )
@@ -231,59 +235,117 @@ def _max_new_tokens(
     return max(1, min(wanted, cap))
 
 
+#: Temperatures below this draw greedily (the policy's own rule, ``SamplingParams``).
+_GREEDY_BELOW = 1e-5
 #: The value of an empty top-k cell (the client's ``MASK_LOGPROB``), with token id 0.
 _TOPK_EMPTY = -99999.0
 
 
+@dataclass(frozen=True)
+class _PromptScores:
+    """What one forward pass over the prompt gives a sample request."""
+
+    logprobs: list[float]
+    """Prompt logprobs, NaN before the first scored position."""
+    topk: tuple[np.ndarray, np.ndarray] | None = None
+    """``topk_prompt_logprobs``: ids ``[P, k]`` int32 and logprobs float32 (empty cells before
+    the first scored position)."""
+    targets: np.ndarray | None = None
+    """``target_prompt_logprobs``: float32 ``[P-1, K]``, 0 where nothing was asked."""
+    alt: tuple[np.ndarray, np.ndarray] | None = None
+    """``prompt_alt_tokens``: ids ``[P-1, k]`` int64 and their logprobs float32."""
+
+
 def _prompt_scores(
-    policy: HFPolicy, prompt: Sequence[int], first: int, k: int
-) -> tuple[list[float], np.ndarray | None, np.ndarray | None]:
-    """Prompt logprobs (NaN before position ``first``, which is at least 1) and, when ``k > 0``,
-    the top-``k`` next-token ids and logprobs at every prompt position (empty cells before
-    ``first``), from one forward pass over the prompt."""
+    policy: HFPolicy,
+    prompt: Sequence[int],
+    first: int,
+    k: int,
+    *,
+    targets: TargetPromptIds | None = None,
+    alt_k: int = 0,
+    temperature: float = 1.0,
+    seed: int | None = None,
+) -> _PromptScores:
+    """One forward pass over the prompt: logprobs of prompt tokens from position ``first`` (at
+    least 1) on, the top-``k`` next tokens there, the logprobs of the ``targets`` ids, and
+    ``alt_k`` draws at ``temperature`` at every position after the first. Every logprob is the
+    model's raw one (temperature 1), as for sampled tokens."""
     P = len(prompt)
     ids_1P = torch.as_tensor([list(prompt)], dtype=torch.long, device=policy.device)
-    with torch.inference_mode():
-        logits_PV = policy.model(input_ids=ids_1P, attention_mask=torch.ones_like(ids_1P)).logits[0]
-        logits_SV = logits_PV[first - 1 : P - 1]  # S = P - first rows: they predict tokens first..P-1
-        lp_S = token_logprobs_from_logits(logits_SV[None], ids_1P[:, first:])[0]  # S
-        lps = [float("nan")] * first + lp_S.tolist()
-        if k <= 0:
-            return lps, None, None
+    top_ids = top_lps = target_lps = alt_ids = alt_lps = None
+    if k > 0:
         top_ids = np.zeros((P, k), dtype=np.int32)
         top_lps = np.full((P, k), _TOPK_EMPTY, dtype=np.float32)
-        for start in range(0, logits_SV.shape[0], 256):  # 256 rows of V float32 at a time
-            chunk_CV = torch.log_softmax(logits_SV[start : start + 256].float(), dim=-1)
-            values_CK, index_CK = chunk_CV.topk(min(k, chunk_CV.shape[-1]), dim=-1)
-            rows = slice(first + start, first + start + chunk_CV.shape[0])
-            top_ids[rows, : index_CK.shape[1]] = index_CK.cpu().numpy()
-            top_lps[rows, : values_CK.shape[1]] = values_CK.float().cpu().numpy()
-    return lps, top_ids, top_lps
+    if targets is not None:
+        target_lps = np.zeros(targets.ids.shape, dtype=np.float32)
+    generator = None
+    if alt_k > 0:
+        alt_ids = np.zeros((P - 1, alt_k), dtype=np.int64)
+        alt_lps = np.zeros((P - 1, alt_k), dtype=np.float32)
+        generator = torch.Generator(device=policy.device)
+        generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, ()).item()))
+    with torch.inference_mode():
+        logits_PV = policy.model(input_ids=ids_1P, attention_mask=torch.ones_like(ids_1P)).logits[0]
+        logits_RV = logits_PV[: P - 1]  # R = P - 1 rows: row r predicts prompt token r + 1
+        lp_R = token_logprobs_from_logits(logits_RV[None], ids_1P[:, 1:])[0]  # R
+        lps = [float("nan")] * first + lp_R[first - 1 :].tolist()
+        per_row = k > 0 or targets is not None or alt_k > 0
+        for start in range(0, P - 1 if per_row else 0, 256):  # 256 rows of V float32 at a time
+            rows = slice(start, min(start + 256, P - 1))
+            chunk_CV = torch.log_softmax(logits_RV[rows].float(), dim=-1)
+            if k > 0 and rows.stop > first - 1:
+                skip = max(0, first - 1 - start)  # rows before the first scored position
+                values_CK, index_CK = chunk_CV[skip:].topk(min(k, chunk_CV.shape[-1]), dim=-1)
+                out = slice(start + skip + 1, rows.stop + 1)  # prompt positions these rows score
+                top_ids[out, : index_CK.shape[1]] = index_CK.cpu().numpy()
+                top_lps[out, : values_CK.shape[1]] = values_CK.cpu().numpy()
+            if targets is not None:
+                want_CK = torch.as_tensor(targets.ids[rows], device=chunk_CV.device)  # C x K, -1 = none
+                got_CK = chunk_CV.gather(-1, want_CK.clamp(min=0))  # C x K
+                target_lps[rows] = torch.where(want_CK >= 0, got_CK, 0.0).cpu().numpy()
+            if alt_k > 0:
+                if temperature < _GREEDY_BELOW:
+                    draws_Ck = chunk_CV.argmax(-1, keepdim=True).expand(-1, alt_k)
+                else:
+                    probs_CV = torch.softmax(chunk_CV / temperature, dim=-1)
+                    draws_Ck = torch.multinomial(probs_CV, alt_k, replacement=True, generator=generator)
+                alt_ids[rows] = draws_Ck.cpu().numpy()
+                alt_lps[rows] = chunk_CV.gather(-1, draws_Ck).cpu().numpy()
+    return _PromptScores(
+        lps,
+        topk=(top_ids, top_lps) if k > 0 else None,
+        targets=target_lps,
+        alt=(alt_ids, alt_lps) if alt_k > 0 else None,
+    )
 
 
-_UNSUPPORTED_SAMPLE_FIELDS = {
-    "topk_sample_logprobs": "top-k sample logprobs",
-    "prompt_alt_tokens_k": "prompt_alt_tokens",
-}
+def _topk_rows(
+    rows: Sequence[Sequence[tuple[int, float]]] | None, n: int, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The engine's top logprobs of ``n`` sampled tokens as ``[n, k]`` arrays (empty cells where a
+    row has fewer than ``k``)."""
+    ids = np.zeros((n, k), dtype=np.int32)
+    lps = np.full((n, k), _TOPK_EMPTY, dtype=np.float32)
+    for i, row in enumerate((rows or [])[:n]):
+        for j, (tok, lp) in enumerate(row[:k]):
+            ids[i, j], lps[i, j] = tok, lp
+    return ids, lps
 
 
 def check_sample_request(body: SampleBody, config: TinkerServerConfig) -> None:
     """Raise :class:`TinkerRequestError` for sampling features this server does not have or
     limits it does not allow."""
-    for key, what in _UNSUPPORTED_SAMPLE_FIELDS.items():
-        if getattr(body, key) > 0:
-            raise TinkerRequestError(f"{what} ({key}) is not supported by this server")
-    if body.target_prompt_logprobs is not None:
-        raise TinkerRequestError("target_prompt_logprobs is not supported by this server")
     if body.record_stability_info:
         raise TinkerRequestError("record_stability_info (StableReinforce) is not supported by this server")
     if body.prompt_logprobs_last_n is not None and not body.prompt_logprobs:
         raise TinkerRequestError("prompt_logprobs_last_n needs prompt_logprobs")
-    if body.topk_prompt_logprobs > config.max_topk_logprobs:
-        raise TinkerRequestError(
-            f"topk_prompt_logprobs {body.topk_prompt_logprobs} is more than this server's max_topk_logprobs "
-            f"({config.max_topk_logprobs}); ask for fewer"
-        )
+    for key in ("topk_prompt_logprobs", "topk_sample_logprobs", "prompt_alt_tokens_k"):
+        if getattr(body, key) > config.max_topk_logprobs:
+            raise TinkerRequestError(
+                f"{key} {getattr(body, key)} is more than this server's max_topk_logprobs "
+                f"({config.max_topk_logprobs}); ask for fewer"
+            )
 
 
 def sample(policy: HFPolicy, body: SampleBody, config: TinkerServerConfig) -> bytes:
@@ -308,6 +370,8 @@ def sample(policy: HFPolicy, body: SampleBody, config: TinkerServerConfig) -> by
     for i in range(body.num_samples):
         sample_seed = None if seed is None else (seed + i) % 2**64
         sp, eos = _sampling_params(params, max_tokens, vocab, sample_seed)
+        if body.topk_sample_logprobs > 0:
+            sp = dataclasses.replace(sp, top_logprobs=min(body.topk_sample_logprobs, vocab))
         requests.append(GenerateRequest(prompt_ids=list(prompt), sampling=sp))
     saved_eos = policy.eos_token_ids
     if not eos:  # stop=[]: nothing stops generation before max_tokens, not even end-of-sequence
@@ -318,12 +382,40 @@ def sample(policy: HFPolicy, body: SampleBody, config: TinkerServerConfig) -> by
         raise TinkerRequestError(f"invalid sampling request: {exc}") from None
     finally:
         policy.eos_token_ids = saved_eos
-    sequences = [EncodedSequence(o.token_ids, o.logprobs, o.finish_reason == FinishReason.STOP) for o in outs]
+    n_top = min(body.topk_sample_logprobs, vocab)
+    sequences = [
+        EncodedSequence(
+            o.token_ids,
+            o.logprobs,
+            o.finish_reason == FinishReason.STOP,
+            topk=_topk_rows(o.top_logprobs, len(o.token_ids), n_top) if n_top > 0 else None,
+        )
+        for o in outs
+    ]
     k = body.topk_prompt_logprobs
-    prompt_lps, topk = None, None
-    if body.prompt_logprobs or k > 0:
-        first = 1 if last_n is None else len(prompt) - last_n
-        lps, top_ids, top_lps = _prompt_scores(policy, prompt, first, min(k, vocab))
-        prompt_lps = lps if body.prompt_logprobs else None
-        topk = (top_ids, top_lps) if k > 0 else None
-    return encode_sample_response(sequences, prompt_lps, topk)
+    targets = None
+    if body.target_prompt_logprobs is not None:
+        targets = decode_target_prompt_ids(
+            body.target_prompt_logprobs, len(prompt) - 1, vocab, config.max_topk_logprobs
+        )
+    alt_k = body.prompt_alt_tokens_k
+    if not (body.prompt_logprobs or k > 0 or targets is not None or alt_k > 0):
+        return encode_sample_response(sequences, None)
+    first = 1 if last_n is None else len(prompt) - last_n
+    scores = _prompt_scores(
+        policy,
+        prompt,
+        first,
+        min(k, vocab),
+        targets=targets,
+        alt_k=alt_k,
+        temperature=params.temperature,
+        seed=seed,
+    )
+    return encode_sample_response(
+        sequences,
+        scores.logprobs if body.prompt_logprobs else None,
+        scores.topk,
+        target_prompt=None if targets is None else (scores.targets, targets),
+        alt_tokens=scores.alt,
+    )

@@ -26,6 +26,9 @@ __all__ = [
     "parse_forward_backward",
     "encode_forward_backward_output",
     "encode_sample_response",
+    "EncodedSequence",
+    "TargetPromptIds",
+    "decode_target_prompt_ids",
     "model_input_tokens",
 ]
 
@@ -243,16 +246,114 @@ class EncodedSequence:
     logprobs: Sequence[float] | None
     stopped: bool
     """True when a stop condition ended it, False when ``max_tokens`` did."""
+    topk: tuple[np.ndarray, np.ndarray] | None = None
+    """``topk_sample_logprobs``: ``(token_ids [n, k] int32, logprobs [n, k] float32)``, one row
+    per sampled token, empty cells (token 0, logprob -99999) where a row has fewer than ``k``."""
+
+
+@dataclass(frozen=True)
+class TargetPromptIds:
+    """A request's ``target_prompt_logprobs``: token ids to score at each prompt position."""
+
+    ids: np.ndarray
+    """int64 ``[len(prompt) - 1, K]``; ``-1`` (also every cell a sparse tensor leaves out)
+    requests nothing."""
+    crow: np.ndarray | None = None
+    """The sparse CSR row pointers when the request was sparse (the answer keeps its layout)."""
+    col: np.ndarray | None = None
+    """The sparse CSR column indices when the request was sparse."""
+
+
+def decode_target_prompt_ids(obj: Any, rows: int, vocab: int, max_k: int) -> TargetPromptIds:
+    """The JSON ``TensorData`` of ``target_prompt_logprobs``, checked: int64 ids in
+    ``[-1, vocab)``, shape ``[rows, K]`` (``rows = len(prompt) - 1``, ``K <= max_k``), dense or
+    sparse CSR."""
+    where = "target_prompt_logprobs"
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("data"), list):
+        raise TinkerRequestError(f"{where} must be a TensorData object with a 'data' list")
+    if obj.get("dtype") != "int64":
+        raise TinkerRequestError(
+            f"{where} must be an int64 tensor of token ids, got dtype {obj.get('dtype')!r}"
+        )
+    shape = obj.get("shape")
+    if not (
+        isinstance(shape, list) and len(shape) == 2 and all(isinstance(d, int) and d >= 0 for d in shape)
+    ):
+        raise TinkerRequestError(f"{where} must be 2-D, [len(prompt) - 1, K], got shape {shape!r}")
+    if shape[0] != rows:
+        raise TinkerRequestError(
+            f"{where} has {shape[0]} rows; the prompt has {rows + 1} tokens, so it needs {rows}"
+        )
+    if shape[1] > max_k:
+        raise TinkerRequestError(
+            f"{where} asks for {shape[1]} ids per position, more than this server's max_topk_logprobs ({max_k})"
+        )
+    data = obj["data"]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in data):
+        raise TinkerRequestError(f"{where}: data must be integer token ids (or -1 for no request)")
+    values = np.asarray(data, dtype=np.int64)
+    if values.size and (values.min() < -1 or values.max() >= vocab):
+        raise TinkerRequestError(
+            f"{where}: token ids must be in [0, {vocab}) or -1, got {int(values.min())}..{int(values.max())}"
+        )
+    crow_l, col_l = obj.get("sparse_crow_indices"), obj.get("sparse_col_indices")
+    if crow_l is None and col_l is None:
+        if values.size != shape[0] * shape[1]:
+            raise TinkerRequestError(f"{where}: {values.size} values do not fill the shape {shape}")
+        return TargetPromptIds(values.reshape(shape))
+    if not (isinstance(crow_l, list) and isinstance(col_l, list)):
+        raise TinkerRequestError(
+            f"{where}: a sparse tensor needs both sparse_crow_indices and sparse_col_indices"
+        )
+    crow, col = np.asarray(crow_l, dtype=np.int64), np.asarray(col_l, dtype=np.int64)
+    n_rows, n_cols = shape
+    if crow.size != n_rows + 1 or crow[0] != 0 or np.any(np.diff(crow) < 0) or crow[-1] != values.size:
+        raise TinkerRequestError(
+            f"{where}: sparse_crow_indices must be {n_rows + 1} non-decreasing offsets from 0 to the number "
+            f"of values ({values.size})"
+        )
+    if col.size != values.size or (col.size and (col.min() < 0 or col.max() >= n_cols)):
+        raise TinkerRequestError(
+            f"{where}: sparse_col_indices must give one column in [0, {n_cols}) per value ({values.size})"
+        )
+    dense = np.full(shape, -1, dtype=np.int64)
+    dense[np.repeat(np.arange(n_rows), np.diff(crow)), col] = values
+    return TargetPromptIds(dense, crow, col)
+
+
+def _fill_tensor(msg: Any, dense: np.ndarray, dtype: int, layout: TargetPromptIds | None = None) -> None:
+    """Fill a proto ``Tensor`` with ``dense``, sparse CSR when ``layout`` was sparse."""
+    msg.dtype = dtype
+    msg.shape.extend(int(d) for d in dense.shape)
+    if layout is not None and layout.crow is not None and layout.col is not None:
+        row_of = np.repeat(np.arange(dense.shape[0]), np.diff(layout.crow))
+        msg.sparse_csr.values = np.ascontiguousarray(dense[row_of, layout.col]).tobytes()
+        msg.sparse_csr.crow_indices = layout.crow.astype(np.int64).tobytes()
+        msg.sparse_csr.col_indices = layout.col.astype(np.int64).tobytes()
+    else:
+        msg.dense = np.ascontiguousarray(dense).tobytes()
+
+
+def _topk(msg: Any, ids: np.ndarray, lps: np.ndarray) -> None:
+    msg.token_ids = np.ascontiguousarray(ids, dtype=np.int32).tobytes()
+    msg.logprobs = np.ascontiguousarray(lps, dtype=np.float32).tobytes()
+    msg.length, msg.k = ids.shape
 
 
 def encode_sample_response(
     sequences: Sequence[EncodedSequence],
     prompt_logprobs: Sequence[float] | None,
     topk_prompt: tuple[np.ndarray, np.ndarray] | None = None,
+    *,
+    target_prompt: tuple[np.ndarray, TargetPromptIds] | None = None,
+    alt_tokens: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> bytes:
     """A ``SampleResponse``; ``prompt_logprobs`` uses NaN where a position has none;
     ``topk_prompt`` is ``(token_ids [P, k] int32, logprobs [P, k] float32)``, with empty cells
-    (token 0, logprob -99999) where a position has none."""
+    (token 0, logprob -99999) where a position has none. ``target_prompt``: the logprobs
+    (float32, the request's shape, 0 where it asked nothing) and the request, whose dense or
+    sparse layout the answer keeps. ``alt_tokens``: ``(token_ids [P-1, k] int64, logprobs
+    [P-1, k] float32)``."""
     pb = _pb()
     msg = pb.SampleResponse()
     for s in sequences:
@@ -261,13 +362,19 @@ def encode_sample_response(
         seq.tokens = np.asarray(list(s.tokens), dtype=np.int32).tobytes()
         if s.logprobs is not None:
             seq.logprobs = np.asarray(list(s.logprobs), dtype=np.float32).tobytes()
+        if s.topk is not None:
+            _topk(seq.topk_sampled_logprobs, *s.topk)
     if prompt_logprobs is not None:
         msg.prompt_logprobs = np.asarray(list(prompt_logprobs), dtype=np.float32).tobytes()
     if topk_prompt is not None:
-        ids, lps = topk_prompt
-        msg.topk_prompt_logprobs.token_ids = np.ascontiguousarray(ids, dtype=np.int32).tobytes()
-        msg.topk_prompt_logprobs.logprobs = np.ascontiguousarray(lps, dtype=np.float32).tobytes()
-        msg.topk_prompt_logprobs.length, msg.topk_prompt_logprobs.k = ids.shape
+        _topk(msg.topk_prompt_logprobs, *topk_prompt)
+    if target_prompt is not None:
+        values, request = target_prompt
+        _fill_tensor(msg.target_prompt_logprobs, values.astype(np.float32), pb.DTYPE_FLOAT32, request)
+    if alt_tokens is not None:
+        ids, lps = alt_tokens
+        _fill_tensor(msg.prompt_alt_tokens.tokens, ids.astype(np.int64), pb.DTYPE_INT64)
+        _fill_tensor(msg.prompt_alt_tokens.logprobs, lps.astype(np.float32), pb.DTYPE_FLOAT32)
     return msg.SerializeToString()
 
 

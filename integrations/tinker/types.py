@@ -90,7 +90,8 @@ class TinkerServerConfig:
     max_num_samples: int = 64
     """Most sequences one ``asample`` request may ask for (``num_samples``); more is refused."""
     max_topk_logprobs: int = 256
-    """Most top-k prompt logprobs per position one ``asample`` request may ask for."""
+    """Most logprobs per position one ``asample`` request may ask for: top-k of the prompt and
+    of sampled tokens, ``prompt_alt_tokens_k`` draws, ``target_prompt_logprobs`` columns."""
     max_lora_rank: int = 512
     """Largest LoRA rank a ``create_model`` request may ask for."""
     sample_timeout_s: float = 300.0

@@ -111,6 +111,79 @@ def _rl_datum(seq: list[int], sampler_lp: list[float], adv: list[float]) -> type
     )
 
 
+def test_top_k_of_sampled_tokens_target_prompt_logprobs_and_alt_tokens(service):
+    """Each is checked against a full forward pass over the same weights (prompt logprobs)."""
+    sampler = service.create_sampling_client(base_model=TINY_RANDOM_MODEL).result()
+    prompt = [10, 20, 30, 40]
+    params = types.SamplingParams(max_tokens=4, temperature=1.0, seed=3, stop=[])
+    seq = sampler.sample(types.ModelInput.from_ints(prompt), 1, params, topk_sample_logprobs=3).result()
+    seq = seq.sequences[0]
+    # the same positions scored by a forward pass over prompt + sampled tokens
+    full = prompt + list(seq.tokens)
+    one = types.SamplingParams(max_tokens=1)
+    ref = sampler.sample(
+        types.ModelInput.from_ints(full), 1, one, include_prompt_logprobs=True, topk_prompt_logprobs=3
+    ).result()
+    assert len(seq.topk_logprobs) == len(seq.tokens) == 4
+    for i, ranked in enumerate(seq.topk_logprobs):
+        want = ref.topk_prompt_logprobs[len(prompt) + i]
+        assert [t for t, _ in ranked] == [t for t, _ in want]
+        assert [lp for _, lp in ranked] == pytest.approx([lp for _, lp in want], abs=1e-4)
+        assert seq.logprobs[i] <= ranked[0][1] + 1e-5
+
+    # target_prompt_logprobs: row i scores position i + 1; -1 asks nothing and gets 0
+    top1 = [ref.topk_prompt_logprobs[i + 1][0][0] for i in range(len(full) - 1)]
+    ids = np.array([[full[i + 1], top1[i], -1] for i in range(len(full) - 1)], dtype=np.int64)
+    res = sampler.sample(
+        types.ModelInput.from_ints(full), 1, one, target_prompt_logprobs=types.TensorData.from_numpy(ids)
+    ).result()
+    got = res.target_prompt_logprobs.to_numpy()
+    assert got.shape == ids.shape and got.dtype == np.float32
+    assert got[:, 0] == pytest.approx(ref.prompt_logprobs[1:], abs=1e-4)
+    assert got[:, 1] == pytest.approx(
+        [ref.topk_prompt_logprobs[i + 1][0][1] for i in range(len(full) - 1)], abs=1e-4
+    )
+    assert (got[:, 2] == 0).all()
+    # sparse CSR in, sparse CSR with the same layout out
+    import torch
+
+    dense = torch.full((len(full) - 1, 2), -1, dtype=torch.int64)
+    dense[1, 1], dense[4, 0] = full[2], top1[4]
+    sparse = types.TensorData.from_torch_sparse(dense, pad_value=-1)
+    res = sampler.sample(types.ModelInput.from_ints(full), 1, one, target_prompt_logprobs=sparse).result()
+    out = res.target_prompt_logprobs
+    assert (
+        out.sparse_crow_indices == sparse.sparse_crow_indices
+        and out.sparse_col_indices == sparse.sparse_col_indices
+    )
+    assert list(out.data) == pytest.approx(
+        [ref.prompt_logprobs[2], ref.topk_prompt_logprobs[5][0][1]], abs=1e-4
+    )
+
+    # prompt_alt_tokens: greedy draws are the top token; seeded draws repeat; logprobs are the model's
+    greedy = types.SamplingParams(max_tokens=1, temperature=0.0)
+    alt = sampler.sample(types.ModelInput.from_ints(full), 1, greedy, prompt_alt_tokens_k=2).result()
+    alt_ids = alt.prompt_alt_tokens.tokens.to_numpy()
+    assert alt_ids.shape == (len(full) - 1, 2) and (alt_ids == np.array(top1)[:, None]).all()
+    warm = types.SamplingParams(max_tokens=1, temperature=1.0, seed=11)
+    a = (
+        sampler.sample(types.ModelInput.from_ints(full), 1, warm, prompt_alt_tokens_k=5)
+        .result()
+        .prompt_alt_tokens
+    )
+    b = (
+        sampler.sample(types.ModelInput.from_ints(full), 1, warm, prompt_alt_tokens_k=5)
+        .result()
+        .prompt_alt_tokens
+    )
+    drawn = a.tokens.to_numpy()
+    assert (drawn == b.tokens.to_numpy()).all() and len(set(drawn.ravel().tolist())) > 1
+    scored = sampler.sample(
+        types.ModelInput.from_ints(full), 1, one, target_prompt_logprobs=types.TensorData.from_numpy(drawn)
+    ).result()
+    assert a.logprobs.to_numpy() == pytest.approx(scored.target_prompt_logprobs.to_numpy(), abs=1e-4)
+
+
 @pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo", "dro", "gspo"])
 def test_rl_losses_are_token_sums(service, loss_fn):
     training = service.create_lora_training_client(TINY_RANDOM_MODEL, rank=4, seed=1).result()
@@ -227,9 +300,14 @@ def test_unsupported_requests_fail_with_a_clear_error(service):
     with pytest.raises(tinker.RequestFailedError, match="unknown base model 'no-such-model'"):
         service.create_lora_training_client("no-such-model", rank=4).result()
     sampler = service.create_sampling_client(base_model=TINY_RANDOM_MODEL).result()
-    with pytest.raises(tinker.RequestFailedError, match="top-k sample logprobs"):
+    with pytest.raises(tinker.RequestFailedError, match="topk_sample_logprobs 100000 is more than"):
         params = types.SamplingParams(max_tokens=2)
-        sampler.sample(types.ModelInput.from_ints([1, 2]), 1, params, topk_sample_logprobs=2).result()
+        sampler.sample(types.ModelInput.from_ints([1, 2]), 1, params, topk_sample_logprobs=100000).result()
+    with pytest.raises(
+        tinker.RequestFailedError, match="target_prompt_logprobs has 3 rows; the prompt has 2"
+    ):
+        ids = types.TensorData.from_numpy(np.zeros((3, 1), dtype=np.int64))
+        sampler.sample(types.ModelInput.from_ints([1, 2]), 1, params, target_prompt_logprobs=ids).result()
     with pytest.raises(tinker.RequestFailedError, match="no checkpoint at"):
         service.create_training_client_from_state("tinker://nope:train:0/weights/missing").result()
 

@@ -20,6 +20,7 @@ from tinker.proto.response_conv import (  # noqa: E402
 from integrations.tinker._wire import (  # noqa: E402
     EncodedSequence,
     decode_body,
+    decode_target_prompt_ids,
     encode_forward_backward_output,
     encode_sample_response,
     model_input_tokens,
@@ -104,6 +105,72 @@ def test_sample_response_decodes_in_the_client():
     assert res.sequences[0].logprobs == pytest.approx([-0.1, -0.2, -0.3])
     assert res.sequences[1].logprobs is None
     assert res.prompt_logprobs == [None, -1.5, -2.5]
+
+
+def test_target_prompt_ids_dense_and_sparse():
+    dense = decode_target_prompt_ids({"data": [1, -1, 2, 3], "dtype": "int64", "shape": [2, 2]}, 2, 10, 4)
+    assert dense.ids.tolist() == [[1, -1], [2, 3]] and dense.crow is None
+    sparse_json = {
+        "data": [7, 8],
+        "dtype": "int64",
+        "shape": [3, 2],
+        "sparse_crow_indices": [0, 1, 1, 2],
+        "sparse_col_indices": [1, 0],
+    }
+    sparse = decode_target_prompt_ids(sparse_json, 3, 10, 4)
+    assert sparse.ids.tolist() == [[-1, 7], [-1, -1], [8, -1]]  # left-out cells ask nothing
+    values = np.array([[0.0, -0.5], [0.0, 0.0], [-1.5, 0.0]], np.float32)
+    res = deserialize_sample_response(encode_sample_response([], None, target_prompt=(values, sparse)))
+    out = res.target_prompt_logprobs
+    assert out.sparse_crow_indices == [0, 1, 1, 2] and out.sparse_col_indices == [1, 0]
+    assert list(out.data) == [-0.5, -1.5] and out.to_numpy().tolist() == values.tolist()
+    alt = (np.array([[3, 4]], np.int64), np.array([[-0.25, -2.0]], np.float32))
+    res = deserialize_sample_response(encode_sample_response([], None, alt_tokens=alt))
+    assert res.prompt_alt_tokens.tokens.to_numpy().tolist() == [[3, 4]]
+    assert res.prompt_alt_tokens.logprobs.to_numpy().tolist() == [[-0.25, -2.0]]
+
+
+@pytest.mark.parametrize(
+    ("obj", "match"),
+    [
+        ({"data": [1.0, 2.0], "dtype": "float32", "shape": [2, 1]}, "must be an int64 tensor"),
+        ({"data": [1, 2], "dtype": "int64", "shape": [2]}, "must be 2-D"),
+        (
+            {"data": [1, 2, 3], "dtype": "int64", "shape": [3, 1]},
+            "has 3 rows; the prompt has 3 tokens, so it needs 2",
+        ),
+        ({"data": [1, 99], "dtype": "int64", "shape": [2, 1]}, r"token ids must be in \[0, 10\) or -1"),
+        ({"data": [1, -2], "dtype": "int64", "shape": [2, 1]}, "or -1"),
+        ({"data": [1], "dtype": "int64", "shape": [2, 1]}, "1 values do not fill the shape"),
+        ({"data": [0] * 10, "dtype": "int64", "shape": [2, 5]}, "more than this server's max_topk_logprobs"),
+        ({"data": [1], "dtype": "int64", "shape": [2, 1], "sparse_crow_indices": [0, 1, 1]}, "needs both"),
+        (
+            {
+                "data": [1],
+                "dtype": "int64",
+                "shape": [2, 1],
+                "sparse_crow_indices": [0, 2, 1],
+                "sparse_col_indices": [0],
+            },
+            "non-decreasing",
+        ),
+        (
+            {
+                "data": [1],
+                "dtype": "int64",
+                "shape": [2, 1],
+                "sparse_crow_indices": [0, 1, 1],
+                "sparse_col_indices": [3],
+            },
+            "one column in",
+        ),
+        ({"data": [True, 1], "dtype": "int64", "shape": [2, 1]}, "integer token ids"),
+        ("ids", "a TensorData object"),
+    ],
+)
+def test_bad_target_prompt_ids_name_what_is_wrong(obj, match):
+    with pytest.raises(TinkerRequestError, match=match):
+        decode_target_prompt_ids(obj, 2, 10, 4)
 
 
 def test_json_model_input():
