@@ -115,10 +115,13 @@ class Futures:
     A result is kept ``ttl_s`` after it finished, or ``delivered_ttl_s`` after it was first
     handed out (a client re-polls only when an answer got lost), whichever comes first."""
 
-    def __init__(self, ttl_s: float, delivered_ttl_s: float = 120.0) -> None:
+    def __init__(self, ttl_s: float, delivered_ttl_s: float = 120.0, store: Any = None) -> None:
         self.ttl_s = ttl_s
         self.delivered_ttl_s = delivered_ttl_s
         self._entries: dict[str, _Entry] = {}
+        self.store = store
+        """A :class:`~integrations.tinker._store.Store` that keeps finished results across
+        restarts, or None."""
 
     def new(self, kind: str) -> str:
         """A new pending request id (``kind`` names the request type, for messages)."""
@@ -157,6 +160,14 @@ class Futures:
             entry.result = result
         entry.finished_at = time.monotonic()
         entry.done.set()
+        if self.store is not None:
+            err = entry.error
+            as_error = (
+                None
+                if err is None
+                else {"message": err.message, "category": err.category.value, "status": err.status}
+            )
+            self.store.add_result(rid, entry.kind, entry.result, as_error)
 
     def failed(self, kind: str, error: TinkerRequestError) -> str:
         """A request id that is already failed with ``error``."""
@@ -168,10 +179,12 @@ class Futures:
         """The finished entry, waiting at most ``timeout_s``; None if still pending. Raises
         :class:`TinkerRequestError` for an unknown (or expired) id."""
         entry = self._entries.get(rid)
+        if entry is None and self.store is not None and (kept := self.store.result(rid)) is not None:
+            entry = self._entries[rid] = _kept_entry(*kept)  # finished before a restart
         if entry is None:
             raise TinkerRequestError(
                 f"unknown request_id {rid!r}: it never existed here, its result expired, or the server "
-                "restarted since it was submitted"
+                "restarted while it was running (send the request again)"
             )
         if not entry.done.is_set():
             entry.polls += 1
@@ -206,6 +219,16 @@ class Futures:
             del self._entries[k]
 
 
+def _kept_entry(kind: str, result: Outcome | None, error: dict[str, Any] | None) -> _Entry:
+    entry = _Entry(kind, result=result, finished_at=time.monotonic())
+    if error is not None:
+        entry.error = TinkerRequestError(
+            error["message"], ErrorCategory(error["category"]), int(error["status"])
+        )
+    entry.done.set()
+    return entry
+
+
 @dataclass
 class _Queue:
     next_seq: int = 1
@@ -226,9 +249,11 @@ class Scheduler:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: _Running | None = None
 
-    def open_model(self, model_id: str) -> None:
-        """Start ordering ``model_id``'s requests; its first request has ``seq_id`` 1."""
-        self._queues.setdefault(model_id, _Queue())
+    def open_model(self, model_id: str, next_seq: int = 1, recent: dict[int, str] | None = None) -> None:
+        """Start ordering ``model_id``'s requests; its first request has ``seq_id`` ``next_seq``
+        (1, or where a restarted server's model left off, with the request ids it gave out)."""
+        queue = self._queues.setdefault(model_id, _Queue(next_seq=next_seq))
+        queue.recent.update(sorted((recent or {}).items())[-_RECENT:])
 
     def close_model(self, model_id: str) -> None:
         """Stop ordering ``model_id``'s requests; waiting ones fail."""

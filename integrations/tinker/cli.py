@@ -75,6 +75,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="longest one sampling request may run before it is stopped",
     )
+    p.add_argument(
+        "--no-durable",
+        dest="durable",
+        action="store_false",
+        help="keep sessions and models in memory only (default: in CHECKPOINT_DIR/server.sqlite3, so a "
+        "restarted server serves the same runs)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -107,6 +114,7 @@ def _serve(args: argparse.Namespace) -> int:
         default_max_tokens=args.max_tokens,
         max_sample_tokens=args.max_sample_tokens,
         sample_timeout_s=args.sample_timeout,
+        durable=args.durable,
         seed=args.seed,
         **kwargs,
     )

@@ -5,13 +5,22 @@ The records live on the event loop's thread (routes read and add them); the mode
 the scheduler's single worker thread (see :mod:`integrations.tinker._futures`). A job captures the
 records it needs when it is submitted, so a session closed meanwhile only frees memory after its
 queued jobs have run.
+
+With ``config.durable`` the records are also written to a database beside the checkpoints
+(:mod:`integrations.tinker._store`), each training model's state to a hidden checkpoint after
+every change, and a server started on the same checkpoint directory picks them up: sessions seen
+within ``session_idle_timeout_s``, their models (rebuilt on the worker before any request runs),
+their sampling sessions on disk weights, and finished results.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
+import logging
 import os
+import shutil
 import time
 import uuid
 from collections import deque
@@ -20,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from integrations.tinker import _checkpoints, _ops
-from integrations.tinker._futures import Futures, JobLimits, Outcome, Scheduler
+from integrations.tinker._futures import _RECENT, Futures, JobLimits, Outcome, Scheduler
 from integrations.tinker._models import (
     BaseModels,
     SamplerModels,
@@ -38,6 +47,7 @@ from integrations.tinker._requests import (
     SaveWeightsBody,
     SaveWeightsForSamplerBody,
 )
+from integrations.tinker._store import LATEST, Store, StoredModel, StoredSession
 from integrations.tinker._wire import FwdBwdRequest
 from integrations.tinker.types import (
     _MODEL_ID,
@@ -51,6 +61,8 @@ from integrations.tinker.types import (
 
 __all__ = ["Session", "ModelRecord", "SamplingSession", "ServerState"]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class Session:
@@ -63,6 +75,8 @@ class Session:
     finished: bool = False
     model_ids: list[str] = field(default_factory=list)
     sampler_ids: list[str] = field(default_factory=list)
+    stored_at: float = 0.0
+    """When ``last_seen`` was last written to the store (monotonic; at most once a minute)."""
 
 
 @dataclass
@@ -78,6 +92,10 @@ class ModelRecord:
     """What the client passed as ``user_metadata`` when it created the model."""
     last_request: float = field(default_factory=time.time)
     """Wall time of the model's latest request (``training_runs``' ``last_request_time``)."""
+    restored: StoredModel | None = None
+    """Set when a restarted server read the model from its store (rebuilt on the worker)."""
+    lost_gradients: bool = False
+    """A restart lost gradients accumulated without an ``optim_step``: the next one fails."""
 
 
 @dataclass
@@ -94,7 +112,10 @@ class ServerState:
 
     def __init__(self, config: TinkerServerConfig) -> None:
         self.config = config
-        self.futures = Futures(config.result_ttl_s)
+        self.store = (
+            Store(config.checkpoint_dir, keep_results_s=config.result_ttl_s) if config.durable else None
+        )
+        self.futures = Futures(config.result_ttl_s, store=self.store)
         self.scheduler = Scheduler(self.futures, config.seq_gap_timeout_s)
         # every model forward pass checks whether the running sampling job must stop
         self.base_models = BaseModels(config, on_forward=self.scheduler.checkpoint)
@@ -104,6 +125,85 @@ class ServerState:
         self.sampling_sessions: dict[str, SamplingSession] = {}
         self.requests: deque[tuple[str, str, int]] = deque(maxlen=2000)
         """The latest requests as ``(method, route, status)``, for debugging and the conformance test."""
+        self._stored_samplers: dict[str, tuple[str, str]] = {}
+        """Sampling sessions read from the store, built on first use: id -> (session id, source)."""
+        if self.store is not None:
+            self._restore(self.store)
+
+    # ------------------------------------------------------------------ restarts
+    def _restore(self, store: Store) -> None:
+        """Take up what a previous server on this checkpoint directory left (see the module
+        docstring); sessions idle for longer than ``session_idle_timeout_s`` are dropped."""
+        now = time.time()
+        for s in store.sessions():
+            if now - s.last_seen > self.config.session_idle_timeout_s:
+                self._forget_models(store.drop_session(s.session_id))
+                continue
+            self.sessions[s.session_id] = Session(s.session_id, s.sdk_version, list(s.tags))
+        for m in store.models():
+            session = self.sessions.get(m.session_id)
+            if session is None or not m.durable:  # its session is gone, or it was never built
+                store.drop_model(m.model_id)
+                continue
+            lora = LoraSpec(**m.lora) if m.lora else None
+            record = ModelRecord(m.model_id, m.session_id, m.base_model, lora, user_metadata=m.user_metadata)
+            record.restored = m
+            self.models[m.model_id] = record
+            session.model_ids.append(m.model_id)
+            self.scheduler.open_model(m.model_id, m.next_seq, store.seq_requests(m.model_id))
+            self.scheduler.run_detached(lambda record=record: self._rebuild(record))
+        for sid, session_id, source in store.samplers():
+            if session_id in self.sessions:
+                self._stored_samplers[sid] = (session_id, source)
+                self.sessions[session_id].sampler_ids.append(sid)
+        if self.sessions:
+            log.info(
+                "restored %d sessions and %d training models from %s",
+                len(self.sessions),
+                len(self.models),
+                store.path,
+            )
+
+    def _rebuild(self, record: ModelRecord) -> None:
+        """On the worker: a restored model from its latest durable state."""
+        stored = record.restored
+        assert stored is not None
+        try:
+            base = self.base_models.get(record.base_model)
+            tm = build_training_model(record.model_id, base, record.lora, self.config)
+            path = TinkerPath(record.model_id, CheckpointKind.STATE, LATEST)
+            ckpt = _checkpoints.load(self.config.checkpoint_dir, path, with_optimizer=True)
+            tm.load_trainable(ckpt.weights, str(path))
+            if ckpt.optimizer is not None:
+                tm.optimizer.load_state_dict(ckpt.optimizer)
+            tm.steps = ckpt.steps
+        except Exception as exc:  # noqa: BLE001 - its requests fail with this reason
+            log.warning("training model %s could not be restored", record.model_id, exc_info=exc)
+            record.restored = dataclasses.replace(stored, durable=False)
+            return
+        record.lost_gradients = stored.grad_pending
+        record.trained = tm
+
+    def _save_latest(self, record: ModelRecord, tm: TrainingModel) -> None:
+        """On the worker, after the model's weights or optimizer state changed: its durable state."""
+        if self.store is None:
+            return
+        _checkpoints.save(self.config.checkpoint_dir, tm, CheckpointKind.STATE, LATEST, overwrite=True)
+        self.store.update_model(
+            record.model_id,
+            base_model=record.base_model,
+            lora=record.lora.to_dict() if record.lora else None,
+            steps=tm.steps,
+            durable=True,
+            grad_pending=False,
+        )
+
+    def _forget_models(self, model_ids: list[str]) -> None:
+        """Delete the durable state of models whose session is finished."""
+        root = Path(self.config.checkpoint_dir)
+        for model_id in model_ids:
+            if _MODEL_ID.fullmatch(model_id):
+                shutil.rmtree(root / model_id / CheckpointKind.STATE.value / LATEST, ignore_errors=True)
 
     # ------------------------------------------------------------------ sessions
     def create_session(self, sdk_version: str, tags: list[str]) -> Session:
@@ -111,6 +211,9 @@ class ServerState:
         self.close_idle_sessions()
         session = Session(f"s{uuid.uuid4().hex[:16]}", sdk_version, list(tags))
         self.sessions[session.session_id] = session
+        if self.store is not None:
+            self.store.add_session(StoredSession(session.session_id, sdk_version, list(tags)))
+            session.stored_at = time.monotonic()
         return session
 
     def session(self, session_id: str) -> Session:
@@ -121,6 +224,9 @@ class ServerState:
                 f"unknown or finished session {session_id!r}: create a new ServiceClient", status=404
             )
         session.last_seen = time.monotonic()
+        if self.store is not None and session.last_seen - session.stored_at > 60.0:
+            self.store.touch_session(session_id)
+            session.stored_at = session.last_seen
         return session
 
     def finish_session(self, session_id: str) -> None:
@@ -134,9 +240,14 @@ class ServerState:
             self.scheduler.close_model(model_id)
         for sid in session.sampler_ids:
             self.sampling_sessions.pop(sid, None)
+        for sid in session.sampler_ids:
+            self._stored_samplers.pop(sid, None)
         prefixes = tuple(f"mem:{m}/" for m in session.model_ids)
         # the sampling models are only touched on the worker: free them there, after queued jobs
         self.scheduler.run_detached(lambda: self.samplers.drop(lambda key: key.startswith(prefixes)))
+        if self.store is not None:
+            gone = self.store.drop_session(session_id)
+            self.scheduler.run_detached(lambda: self._forget_models(gone))
 
     def close_idle_sessions(self) -> None:
         """Finish sessions with no heartbeat or request for ``session_idle_timeout_s``."""
@@ -176,6 +287,8 @@ class ServerState:
         self.models[model_id] = record
         session.model_ids.append(model_id)
         self.scheduler.open_model(model_id)
+        if self.store is not None:
+            self.store.add_model(model_id, session_id, record.base_model, None, record.user_metadata)
         return record
 
     def submit_create_model(self, body: CreateModelBody) -> str:
@@ -206,6 +319,7 @@ class ServerState:
         def job() -> Outcome:
             base = self.base_models.get(record.base_model)
             record.trained = build_training_model(record.model_id, base, record.lora, self.config)
+            self._save_latest(record, record.trained)
             self._remember_run(record)
             return {"model_id": record.model_id, "type": "create_model"}
 
@@ -221,6 +335,8 @@ class ServerState:
             except BaseException:
                 if record.trained is None:
                     self.models.pop(record.model_id, None)
+                    if self.store is not None:
+                        self.store.drop_model(record.model_id)
                 raise
 
         return wrapped
@@ -262,21 +378,42 @@ class ServerState:
         record.last_request = time.time()
 
         def job() -> Outcome:
-            if record.trained is None:
-                raise TinkerRequestError(f"model {model_id} failed to be created; create a new one")
-            return work(record.trained)
+            try:
+                if record.trained is None and record.restored is not None:
+                    raise TinkerRequestError(
+                        f"model {model_id} could not be restored after the server restarted (see the server's "
+                        "log); load a checkpoint into a new model"
+                    )
+                if record.trained is None:
+                    raise TinkerRequestError(f"model {model_id} failed to be created; create a new one")
+                return work(record.trained)
+            finally:
+                if self.store is not None and seq_id is not None and seq_id > 0:
+                    self.store.update_model(model_id, next_seq=seq_id + 1)
 
         self.scheduler.submit(model_id, seq_id, rid, job)
+        if (
+            self.store is not None
+            and seq_id is not None
+            and seq_id > 0
+            and self.scheduler.request_for(model_id, seq_id) == rid
+        ):
+            self.store.add_seq_request(model_id, seq_id, rid, _RECENT)
         return rid
 
     def submit_forward_backward(self, req: FwdBwdRequest) -> str:
         """``forward_backward`` (or a forward pass when ``forward_only``)."""
         micro = self.config.micro_batch_size
+        store = self.store
+
+        def work(tm: TrainingModel) -> Outcome:
+            out = _ops.forward_backward(tm, req, micro)
+            if store is not None and not req.forward_only:
+                store.update_model(tm.model_id, grad_pending=True)
+            return out
+
         return self._ordered(
-            "forward" if req.forward_only else "forward_backward",
-            req.model_id,
-            req.seq_id,
-            lambda tm: _ops.forward_backward(tm, req, micro),
+            "forward" if req.forward_only else "forward_backward", req.model_id, req.seq_id, work
         )
 
     def submit_optim_step(self, body: OptimStepBody) -> str:
@@ -288,7 +425,23 @@ class ServerState:
             )
             return self.futures.failed("optim_step", exc)
         adam = body.adam_params.model_dump()
-        return self._ordered("optim_step", body.model_id, body.seq_id, lambda tm: _ops.optim_step(tm, adam))
+        record = self.models.get(body.model_id)
+
+        def work(tm: TrainingModel) -> Outcome:
+            if record is not None and record.lost_gradients:
+                record.lost_gradients = False
+                tm.optimizer.zero_grad(set_to_none=True)
+                raise TinkerRequestError(
+                    f"the server restarted after a forward_backward of model {tm.model_id} and before this "
+                    "optim_step, so the gradients it accumulated are lost: run forward_backward again, then "
+                    "optim_step (the weights are those of the last optim_step before the restart)"
+                )
+            out = _ops.optim_step(tm, adam)
+            if record is not None:
+                self._save_latest(record, tm)
+            return out
+
+        return self._ordered("optim_step", body.model_id, body.seq_id, work)
 
     def submit_save_state(self, body: SaveWeightsBody) -> str:
         """``save_weights`` (the client's ``save_state``): weights and optimizer state."""
@@ -365,6 +518,7 @@ class ServerState:
                     tm.optimizer.load_state_dict(ckpt.optimizer)
                     tm.steps = ckpt.steps
                 record.trained = tm
+                self._save_latest(record, tm)
                 self._remember_run(record)
                 return {"path": str(path), "model_id": record.model_id, "type": "load_weights"}
 
@@ -381,6 +535,8 @@ class ServerState:
             if ckpt.optimizer is not None:
                 tm.optimizer.load_state_dict(ckpt.optimizer)
                 tm.steps = ckpt.steps
+            if (record := self.models.get(tm.model_id)) is not None:
+                self._save_latest(record, tm)
             return {"path": str(path), "model_id": tm.model_id, "type": "load_weights"}
 
         return self._ordered("load_weights", body.model_id or "", body.seq_id, into)
@@ -486,6 +642,8 @@ class ServerState:
         sid = f"{session.session_id}:sample:{uuid.uuid4().hex[:12]}"
         self.sampling_sessions[sid] = SamplingSession(sid, session.session_id, snap)
         session.sampler_ids.append(sid)
+        if self.store is not None:
+            self.store.add_sampler(sid, session.session_id, body.model_path or f"base:{body.base_model}")
         return sid
 
     def _path_snapshot(self, model_path: str) -> Snapshot:
@@ -498,6 +656,13 @@ class ServerState:
     def sampling_session(self, sid: str) -> SamplingSession:
         """The sampling session ``sid``."""
         found = self.sampling_sessions.get(sid)
+        if found is None and sid in self._stored_samplers:  # made before a restart
+            session_id, source = self._stored_samplers.pop(sid)
+            if source.startswith("base:"):
+                snap = Snapshot(source, source[len("base:") :], None, None)
+            else:
+                snap = self._path_snapshot(source)
+            found = self.sampling_sessions[sid] = SamplingSession(sid, session_id, snap)
         if found is None:
             raise TinkerRequestError(
                 f"unknown sampling_session_id {sid!r} (was its session closed?)", status=404
@@ -560,6 +725,8 @@ class ServerState:
         """Stop the worker and free the sampling models. Idempotent."""
         self.scheduler.shutdown()
         self.samplers.close()
+        if self.store is not None:
+            self.store.close()
 
 
 def _strings(meta: dict[str, Any] | None) -> dict[str, str] | None:

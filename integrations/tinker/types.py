@@ -104,6 +104,11 @@ class TinkerServerConfig:
     ``cancel_future`` and closing the request's session stop it at once."""
     seed: int = 0
     """Seed for sampling requests without their own seed and for LoRA initialisation without one."""
+    durable: bool = True
+    """Keep sessions, training models (their latest weights and optimizer state, written after
+    every change), sampling sessions on disk weights and finished results in
+    ``<checkpoint_dir>/server.sqlite3``, so a restarted server (even after ``kill -9``) serves the
+    same runs (see :mod:`integrations.tinker._store`). Off: everything lives in memory."""
     client_flags: tuple[tuple[str, Any], ...] = ()
     """``(flag, value)`` pairs sent to clients on top of the defaults in ``/client/config``
     (e.g. ``("fwdbwd_max_chunk_len", 2)`` to split every ``forward_backward`` into chunks of 2)."""
