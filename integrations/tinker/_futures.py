@@ -4,12 +4,20 @@ Every training, save and sample call is two-phase: the submit route returns a ``
 once and the client polls ``retrieve_future`` until the result is there. :class:`Futures` holds
 the results (JSON dicts, protobuf bytes or errors) for re-polls until they expire.
 
-All model work runs on one worker thread (one accelerator, one model call at a time), in the
-order it is handed over. :class:`Scheduler` hands a training model's requests over in ``seq_id``
-order: the client sends the chunks of one ``forward_backward`` concurrently, the first one last,
-so a request waits until every request with a lower ``seq_id`` of its model has been handed over.
-A gap that stays open longer than ``gap_timeout_s`` (a client that died mid-call) is skipped.
-Everything here except the job bodies runs on the event loop's thread.
+All model work runs on one worker thread (one accelerator, one model call at a time).
+:class:`Scheduler` hands a training model's requests over in ``seq_id`` order: the client sends
+the chunks of one ``forward_backward`` concurrently, the first one last, so a request waits until
+every request with a lower ``seq_id`` of its model has been handed over. A gap that stays open
+longer than ``gap_timeout_s`` (a client that died mid-call) is skipped. Everything here except
+the job bodies runs on the event loop's thread.
+
+Many tenants share the worker fairly (:class:`_Worker`): each job goes to a *lane* (a training
+model's requests, one sampling session's requests, the server's own housekeeping), lanes take
+turns one job at a time, and a job keeps its lane's order. A long training job also lets the
+others in: between its micro-batches (:meth:`Scheduler.interleave`) it runs the next job of each
+other lane that is waiting, so a client's sampling request waits for one micro-batch of another
+client's training request, not for all of it (``bench/bench_tinker_tenants.py``). With
+``fair=False`` the worker is one first-in, first-out queue.
 
 A sampling job carries :class:`JobLimits`, so it can never hold the worker for long: it is
 dropped before it starts, or stopped at its next model forward pass (:meth:`Scheduler.checkpoint`,
@@ -23,19 +31,18 @@ by their request's size, and a cancelled one that has not started is dropped.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from integrations.tinker.types import ErrorCategory, TinkerRequestError
 
-__all__ = ["Futures", "Scheduler", "Outcome", "JobLimits", "JobStopped"]
+__all__ = ["Futures", "Scheduler", "Outcome", "JobLimits", "JobStopped", "SERVER_LANE"]
 
 log = logging.getLogger(__name__)
 
@@ -238,13 +245,96 @@ class _Queue:
     """The request ids of the latest ``seq_id`` s, so a re-sent request gets its first answer."""
 
 
-class Scheduler:
-    """Runs jobs on one worker thread; a model's jobs in ``seq_id`` order."""
+#: The lane of the server's own jobs (restoring models, freeing sampling models).
+SERVER_LANE = "server"
 
-    def __init__(self, futures: Futures, gap_timeout_s: float) -> None:
+
+class _Worker:
+    """One daemon thread that runs jobs lane by lane: the lanes that have jobs take turns, one job
+    each, in the order they first had work; within a lane, jobs run in the order they came
+    (``fair=False``: one lane for everything)."""
+
+    def __init__(self, fair: bool = True) -> None:
+        self.fair = fair
+        self._lanes: OrderedDict[str, deque[Callable[[], None]]] = OrderedDict()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._current: str | None = None
+        self._nested = False
+        self._thread = threading.Thread(target=self._loop, name="tinker-worker", daemon=True)
+        self._thread.start()
+
+    def submit(self, lane: str, fn: Callable[[], None]) -> None:
+        """Queue ``fn`` (which handles its own errors) in ``lane``; dropped after :meth:`close`."""
+        with self._cond:
+            if self._closed:
+                return
+            self._lanes.setdefault(lane if self.fair else SERVER_LANE, deque()).append(fn)
+            self._cond.notify()
+
+    def _take(self, lane: str) -> Callable[[], None]:
+        queue = self._lanes[lane]
+        fn = queue.popleft()
+        if queue:
+            self._lanes.move_to_end(lane)  # its next job waits for the other lanes' turns
+        else:
+            del self._lanes[lane]
+        return fn
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._lanes and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                lane = next(iter(self._lanes))
+                fn = self._take(lane)
+            self._current = lane
+            try:
+                fn()
+            except BaseException:  # noqa: BLE001 - jobs report their own errors; keep the worker alive
+                log.exception("a job on the worker raised")
+            finally:
+                self._current = None
+
+    def interleave(self) -> int:
+        """From inside a job on the worker: run the next waiting job of every other lane (not
+        from inside an interleaved job, and a no-op on other threads). How many ran."""
+        if threading.current_thread() is not self._thread or self._nested or not self.fair:
+            return 0
+        with self._cond:  # not the server's own jobs: they may free what the running job uses
+            lanes = [lane for lane in self._lanes if lane not in (self._current, SERVER_LANE)]
+        outer, ran = self._current, 0
+        self._nested = True
+        try:
+            for lane in lanes:
+                with self._cond:
+                    if self._closed or lane not in self._lanes:
+                        continue
+                    fn = self._take(lane)
+                self._current = lane
+                fn()
+                ran += 1
+        finally:
+            self._nested, self._current = False, outer
+        return ran
+
+    def close(self) -> None:
+        """Drop queued jobs and let the thread end after the running one. Idempotent."""
+        with self._cond:
+            self._closed = True
+            self._lanes.clear()
+            self._cond.notify_all()
+
+
+class Scheduler:
+    """Runs jobs on one worker thread shared fairly by lanes; a model's jobs in ``seq_id`` order."""
+
+    def __init__(self, futures: Futures, gap_timeout_s: float, *, fair: bool = True) -> None:
         self.futures = futures
         self.gap_timeout_s = gap_timeout_s
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tinker-worker")
+        self._worker = _Worker(fair)
         self._queues: dict[str, _Queue] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: _Running | None = None
@@ -273,15 +363,23 @@ class Scheduler:
         """Whether ``model_id``'s requests are being ordered."""
         return model_id in self._queues
 
-    def run(self, rid: str, job: Callable[[], Outcome], limits: JobLimits | None = None) -> None:
-        """Hand ``job`` to the worker now; its result or error finishes ``rid``. With ``limits``,
-        the job is dropped or stopped as they say (see the module docstring)."""
+    def run(
+        self,
+        rid: str,
+        job: Callable[[], Outcome],
+        limits: JobLimits | None = None,
+        *,
+        lane: str = SERVER_LANE,
+    ) -> None:
+        """Hand ``job`` to the worker's ``lane`` now; its result or error finishes ``rid``. With
+        ``limits``, the job is dropped or stopped as they say (see the module docstring)."""
         loop = asyncio.get_running_loop()
         self._loop = loop
         entry = self.futures.entry(rid)
 
         def body() -> None:
             running = _Running(rid, entry, limits, time.monotonic())
+            outer = self._running  # set when this job runs interleaved inside another one
             try:
                 if (reason := running.stop_reason()) is not None:
                     raise JobStopped(reason)
@@ -292,9 +390,14 @@ class Scheduler:
             else:
                 loop.call_soon_threadsafe(self.futures.finish, rid, result, None)
             finally:
-                self._running = None
+                self._running = outer
 
-        self._executor.submit(body)
+        self._worker.submit(lane, body)
+
+    def interleave(self) -> None:
+        """Called by a long job between its steps (micro-batches): the next waiting job of every
+        other lane runs now (see the module docstring). A no-op off the worker thread."""
+        self._worker.interleave()
 
     def restart_clock(self) -> None:
         """The running job's time limit counts from now (called once its model is loaded: a first
@@ -312,8 +415,8 @@ class Scheduler:
         if (reason := running.stop_reason()) is not None:
             raise JobStopped(reason)
 
-    def run_detached(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on the worker after what is queued, with no request to report to."""
+    def run_detached(self, job: Callable[[], None], lane: str = SERVER_LANE) -> None:
+        """Run ``job`` on the worker after what is queued in ``lane``, with no request to report to."""
 
         def body() -> None:
             try:
@@ -321,7 +424,7 @@ class Scheduler:
             except BaseException:  # noqa: BLE001 - nothing waits for it; log and go on
                 log.exception("background job failed")
 
-        self._executor.submit(body)
+        self._worker.submit(lane, body)
 
     def submit(self, model_id: str, seq_id: int | None, rid: str, job: Callable[[], Outcome]) -> None:
         """Run ``job`` after every request of ``model_id`` with a lower ``seq_id``. A request
@@ -331,7 +434,7 @@ class Scheduler:
             self.futures.finish(rid, error=TinkerRequestError(f"unknown model_id {model_id!r}"))
             return
         if seq_id is None or seq_id <= 0:
-            self.run(rid, job)
+            self.run(rid, job, lane=model_id)
             return
         if seq_id < queue.next_seq or seq_id in queue.waiting:
             self.futures.finish(
@@ -345,14 +448,14 @@ class Scheduler:
         queue.recent[seq_id] = rid
         while len(queue.recent) > _RECENT:
             queue.recent.popitem(last=False)
-        self._pump(queue)
+        self._pump(queue, model_id)
 
-    def _pump(self, queue: _Queue) -> None:
+    def _pump(self, queue: _Queue, model_id: str) -> None:
         progressed = False
         while queue.next_seq in queue.waiting:
             rid, job = queue.waiting.pop(queue.next_seq)
             queue.next_seq += 1
-            self.run(rid, job)
+            self.run(rid, job, lane=model_id)
             progressed = True
         if not queue.waiting:
             queue.blocked_since = None
@@ -379,8 +482,8 @@ class Scheduler:
                 )
                 queue.next_seq = lowest
                 queue.blocked_since = None
-                self._pump(queue)
+                self._pump(queue, model_id)
 
     def shutdown(self) -> None:
         """Stop the worker (running jobs finish; queued ones are dropped). Idempotent."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._worker.close()

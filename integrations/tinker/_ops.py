@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,8 +102,14 @@ def _target_logprobs(
     ]
 
 
-def forward_backward(tm: TrainingModel, req: FwdBwdRequest, micro_batch_size: int) -> bytes:
-    """Run ``req`` (gradients accumulate until :func:`optim_step`); a ``ForwardBackwardOutput``."""
+def forward_backward(
+    tm: TrainingModel,
+    req: FwdBwdRequest,
+    micro_batch_size: int,
+    between: Callable[[], None] | None = None,
+) -> bytes:
+    """Run ``req`` (gradients accumulate until :func:`optim_step`); a ``ForwardBackwardOutput``.
+    ``between`` is called between micro-batches (the scheduler lets other tenants' jobs run)."""
     check_loss_request(req.loss_fn, req.loss_fn_config)
     if not req.data:
         raise TinkerRequestError("forward_backward got no datums")
@@ -125,6 +131,8 @@ def forward_backward(tm: TrainingModel, req: FwdBwdRequest, micro_batch_size: in
     outputs: list[dict[str, np.ndarray]] = []
     total = 0.0
     for start in range(0, len(req.data), micro_batch_size):
+        if start and between is not None:
+            between()  # no autograd graph is alive here: the last micro-batch's backward ran
         sl = slice(start, start + micro_batch_size)
         with torch.set_grad_enabled(not req.forward_only):
             rows = _target_logprobs(

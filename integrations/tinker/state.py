@@ -116,7 +116,7 @@ class ServerState:
             Store(config.checkpoint_dir, keep_results_s=config.result_ttl_s) if config.durable else None
         )
         self.futures = Futures(config.result_ttl_s, store=self.store)
-        self.scheduler = Scheduler(self.futures, config.seq_gap_timeout_s)
+        self.scheduler = Scheduler(self.futures, config.seq_gap_timeout_s, fair=config.fair_worker)
         # every model forward pass checks whether the running sampling job must stop
         self.base_models = BaseModels(config, on_forward=self.scheduler.checkpoint)
         self.samplers = SamplerModels(self.base_models, config)
@@ -151,7 +151,7 @@ class ServerState:
             self.models[m.model_id] = record
             session.model_ids.append(m.model_id)
             self.scheduler.open_model(m.model_id, m.next_seq, store.seq_requests(m.model_id))
-            self.scheduler.run_detached(lambda record=record: self._rebuild(record))
+            self.scheduler.run_detached(lambda record=record: self._rebuild(record), lane=m.model_id)
         for sid, session_id, source in store.samplers():
             if session_id in self.sessions:
                 self._stored_samplers[sid] = (session_id, source)
@@ -323,7 +323,7 @@ class ServerState:
             self._remember_run(record)
             return {"model_id": record.model_id, "type": "create_model"}
 
-        self.scheduler.run(rid, self._guard(record, job))
+        self.scheduler.run(rid, self._guard(record, job), lane=record.model_id)
         return rid
 
     def _guard(self, record: ModelRecord, job: Any) -> Any:
@@ -407,7 +407,7 @@ class ServerState:
         store = self.store
 
         def work(tm: TrainingModel) -> Outcome:
-            out = _ops.forward_backward(tm, req, micro)
+            out = _ops.forward_backward(tm, req, micro, between=self.scheduler.interleave)
             if store is not None and not req.forward_only:
                 store.update_model(tm.model_id, grad_pending=True)
             return out
@@ -522,7 +522,7 @@ class ServerState:
                 self._remember_run(record)
                 return {"path": str(path), "model_id": record.model_id, "type": "load_weights"}
 
-            self.scheduler.run(rid, self._guard(record, create))
+            self.scheduler.run(rid, self._guard(record, create), lane=record.model_id)
             return rid
 
         def into(tm: TrainingModel) -> Outcome:
@@ -713,7 +713,9 @@ class ServerState:
             return session is not None and not session.finished
 
         limits = JobLimits(config.sample_timeout_s, config.abandoned_after_s, alive)
-        self.scheduler.run(rid, job, limits)
+        # one lane per sampling session (or per path or base model sampled without one)
+        lane = f"sample:{body.sampling_session_id or snap.key}"
+        self.scheduler.run(rid, job, limits, lane=lane)
         return rid, ids
 
     def _snapshot_alive(self, snap: Snapshot) -> bool:

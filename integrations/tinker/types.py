@@ -104,6 +104,10 @@ class TinkerServerConfig:
     ``cancel_future`` and closing the request's session stop it at once."""
     seed: int = 0
     """Seed for sampling requests without their own seed and for LoRA initialisation without one."""
+    fair_worker: bool = True
+    """Tenants share the model worker fairly: training models and sampling sessions take turns,
+    and a long ``forward_backward`` lets waiting jobs of others run between its micro-batches
+    (see :mod:`integrations.tinker._futures`). Off: one first-in, first-out queue."""
     durable: bool = True
     """Keep sessions, training models (their latest weights and optimizer state, written after
     every change), sampling sessions on disk weights and finished results in
