@@ -105,11 +105,19 @@ def test_two_gloo_ranks_equal_one_process_on_the_whole_batch(tmp_path, mode):
     finally:
         torch.set_num_threads(threads)
     moved = 0.0
-    # FSDP2 sums in another order (reduce-scatter; full logits): AdamW turns float rounding in
-    # near-zero gradients into differences of up to ~1e-5 against steps of ~4e-2
-    atol = {"replicate": 2e-6, "fsdp": 2e-5, "nccl": 1e-4}[mode]
+    # The ranks sum gradients in another order (an all-reduce of two halves; FSDP2 a
+    # reduce-scatter and full logits). AdamW's update is ~ lr * g / (|g| + eps), so float rounding
+    # in a gradient that is itself near zero can move that one weight by up to ~lr * 1e-2 against
+    # steps of ~4e-2 (seen once: a gate projection entry past 2e-6). A real data-parallel
+    # bug (a missed all-reduce: each rank steps on its own half) moves nearly every entry, so: almost every
+    # entry within `tight`, and none past 1% of the learning rate.
+    tight = {"replicate": 2e-6, "fsdp": 2e-5, "nccl": 1e-4}[mode]
     for name, value in model.state_dict().items():
-        assert torch.allclose(rank0[name], value, atol=atol, rtol=1e-5), name
+        diff = (rank0[name] - value).abs()
+        off = float((diff > tight + 1e-5 * value.abs()).float().mean())
+        assert off <= 1e-3 and float(diff.max()) <= 1e-4, (
+            f"{name}: {off:.2%} off, max difference {float(diff.max()):.3g}"
+        )
         moved = max(moved, float((value - start[name]).abs().max()))
     assert moved > 1e-3  # the steps did change the weights
     for ours, theirs in zip(reports[0]["stats"], single, strict=True):  # whole-batch stats on each rank
