@@ -102,6 +102,9 @@ _OWNER = textwrap.dedent(
     """
     import faulthandler, signal, sys, time
     faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack if we hang
+    # as in a program started from a terminal: a test run in the background (CI) hands its
+    # children SIGINT ignored, and the owner would then sleep through the signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from skyrl_gym.sandbox import DockerSandbox, DockerSandboxConfig, SandboxPool
     cfg = DockerSandboxConfig(image=sys.argv[1])
     a, b = DockerSandbox(cfg), DockerSandbox(cfg)
@@ -158,6 +161,7 @@ def test_signals_clean_up_without_the_reaper(sandbox_images, sig):
         _, err = proc.communicate(timeout=30)
         pytest.fail(f"the owner did not exit within 240 s of signal {sig}; its threads:\n{err[-6000:]}")
     proc.stderr.close()
+    assert proc.returncode == -sig, proc.returncode  # it died of the signal, not at the end of its sleep
     assert _wait_gone(names), "containers survived their owner's SIGTERM/SIGINT"
 
 
