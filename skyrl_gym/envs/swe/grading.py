@@ -189,4 +189,5 @@ def grade_patch(
         error=error,
         missing=tuple(missing),
         log_tail=tail,
+        log=body[-(2 << 20) :],
     )

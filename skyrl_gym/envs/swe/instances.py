@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from skyrl_gym.envs.swe.swebench_grading import swebench_parser_name
 from skyrl_gym.envs.swe.types import DEFAULT_BASE_IMAGE, SWEInstance
 from skyrl_gym.errors import ConfigError
 
@@ -115,7 +116,8 @@ def instance_from_row(
         environment_setup=_commands(row.get("environment_setup"), "environment_setup", label),
         install=_commands(row.get("install"), "install", label),
         test_cmd=str(row.get("test_cmd") or ""),
-        log_parser=str(row.get("log_parser") or "pytest"),
+        # SWE-bench's own parser for the repositories it knows (Django's runner, sympy's, ...)
+        log_parser=str(row.get("log_parser") or swebench_parser_name(str(row["repo"])) or "pytest"),
         extra=extra,
     )
 

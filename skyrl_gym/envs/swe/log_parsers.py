@@ -3,7 +3,9 @@
 ``pytest`` reads the short summary that ``pytest -rA`` prints (``PASSED tests/t.py::test_x``,
 ``FAILED tests/t.py::test_y - AssertionError``), and only that section when it is there (the
 code under test can print lines that look like results); without one, every status line and the
-verbose per-test lines (``tests/t.py::test_x PASSED [ 50%]``). Add a parser for another runner with
+verbose per-test lines (``tests/t.py::test_x PASSED [ 50%]``). ``swebench:<parser>`` names one of
+SWE-bench's own parsers (rows of the repositories SWE-bench knows get theirs). Add a parser for
+another runner with
 :func:`register_log_parser`::
 
     @register_log_parser("my_runner")
@@ -39,7 +41,12 @@ def register_log_parser(name: str) -> Callable[[LogParser], LogParser]:
 
 
 def get_log_parser(name: str) -> LogParser:
-    """The parser registered under ``name``."""
+    """The parser registered under ``name``; ``swebench:<parser>`` is SWE-bench's own parser of
+    that name (the ``swe`` extra, :mod:`skyrl_gym.envs.swe.swebench_grading`)."""
+    if name.startswith("swebench:"):
+        from skyrl_gym.envs.swe.swebench_grading import swebench_parser
+
+        return swebench_parser(name)
     try:
         return _PARSERS[name]
     except KeyError:

@@ -176,6 +176,9 @@ class GradeReport:
     """The listed tests absent from the log (with ``error="tests_missing"``)."""
     log_tail: str = ""
     """The last lines of the test log (or of the failed patch command)."""
+    log: str = field(default="", repr=False)
+    """The test run's log between the markers (at most 2 MiB, its end kept); not in
+    :meth:`to_dict`. What :func:`~skyrl_gym.envs.swe.swebench_grading.swebench_verdict` reads."""
     duration_s: float = 0.0
     """Wall-clock seconds spent grading."""
 
