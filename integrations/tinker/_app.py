@@ -321,12 +321,7 @@ def _training_routes(app: Any, state: ServerState, fastapi: Any) -> None:
     @app.post("/api/v1/unload_model", responses=_errors(404))
     async def unload_model(body: ModelIdBody) -> Any:
         model_id = body.model_id
-        record = state.model(model_id)
-        state.models.pop(model_id, None)
-        state.scheduler.close_model(model_id)
-        session = state.sessions.get(record.session_id)
-        if session is not None and model_id in session.model_ids:
-            session.model_ids.remove(model_id)
+        state.unload_model(model_id)
         rid = state.futures.new("unload_model")
         state.futures.finish(rid, {"model_id": model_id, "type": "unload_model"})
         return _future(rid, model_id=model_id)

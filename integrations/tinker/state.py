@@ -267,6 +267,19 @@ class ServerState:
         self.session(record.session_id)
         return record
 
+    def unload_model(self, model_id: str) -> None:
+        """``unload_model``: forget a training model (its queued requests fail; its durable state
+        is deleted, so a restart does not bring it back)."""
+        record = self.model(model_id)
+        self.models.pop(model_id, None)
+        self.scheduler.close_model(model_id)
+        session = self.sessions.get(record.session_id)
+        if session is not None and model_id in session.model_ids:
+            session.model_ids.remove(model_id)
+        if self.store is not None:
+            self.store.drop_model(model_id)
+            self.scheduler.run_detached(lambda: self._forget_models([model_id]), lane=model_id)
+
     def _new_model(
         self,
         session_id: str,

@@ -123,6 +123,7 @@ def test_a_run_goes_on_after_kill_9_between_steps(servers):
     ref = ref_client.create_lora_training_client(TINY_RANDOM_MODEL, rank=4, seed=5).result()
     ref_losses = [_step(ref) for _ in range(3)]
     ref_probe = _probe(ref)
+    ref_client.close("success").result()
     ref_server.stop()
 
     server = servers("run")
@@ -152,6 +153,7 @@ def test_a_run_goes_on_after_kill_9_between_steps(servers):
     rest = tinker.RestClient(base_url=server.url, api_key="tml-run")
     listed = rest.list_checkpoints(training.model_id).result()
     assert [c.checkpoint_id for c in listed.checkpoints] == ["weights/after-step-1"]
+    client.close("success").result()
 
 
 def test_gradients_lost_in_a_restart_fail_the_next_optim_step(servers):
@@ -169,3 +171,18 @@ def test_gradients_lost_in_a_restart_fail_the_next_optim_step(servers):
     assert _probe(training) == pytest.approx(probe, abs=1e-6)  # the weights of the last optim_step
     _step(training)  # forward_backward again, then optim_step: the run goes on
     assert not np.allclose(_probe(training), probe)
+
+    # an unloaded model stays gone after a restart (its durable state is deleted)
+    import httpx
+
+    answer = httpx.post(
+        f"{server.url}/api/v1/unload_model",
+        json={"model_id": training.model_id},
+        headers={"X-API-Key": "tml-grads"},
+    )
+    assert answer.status_code == 200, answer.text
+    server.kill9()
+    server.start()
+    with pytest.raises(tinker.RequestFailedError, match="unknown model_id"):
+        _probe(training)
+    client.close("success").result()

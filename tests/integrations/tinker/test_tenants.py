@@ -61,6 +61,8 @@ def _sample_while_training(fair: bool, tmp_path) -> tuple[float, float, float, f
         sampler.sample(types.ModelInput.from_ints([4, 5, 6]), 1, params).result()
         done["a"] = time.monotonic() - start
         thread.join(timeout=300)
+        for client in (a, b):
+            client.close("success").result()
         return expected, out["loss"], done["a"], done["b"]
 
 
@@ -101,8 +103,11 @@ def test_two_clients_train_two_models_at_once_with_their_own_results(tmp_path):
 
     config = TinkerServerConfig(checkpoint_dir=str(tmp_path / "two"), micro_batch_size=1)
     with TinkerServer(config) as srv:
-        alone = run([_client(srv, "tml-x"), _client(srv, "tml-y")], concurrent=False)
-        together = run([_client(srv, "tml-x2"), _client(srv, "tml-y2")], concurrent=True)
+        clients = [_client(srv, key) for key in ("tml-x", "tml-y", "tml-x2", "tml-y2")]
+        alone = run(clients[:2], concurrent=False)
+        together = run(clients[2:], concurrent=True)
+        for client in clients:
+            client.close("success").result()
     assert all(len(x) == 3 for x in together)
     assert together[0] == pytest.approx(alone[0], rel=1e-5) and together[1] == pytest.approx(
         alone[1], rel=1e-5
