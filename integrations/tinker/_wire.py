@@ -123,6 +123,14 @@ def _sparse(csr: Any, np_dtype: Any, shape: list[int], where: str) -> np.ndarray
     values = np.frombuffer(csr.values, dtype=np_dtype)
     crow = np.frombuffer(csr.crow_indices, dtype=np.int64)
     col = np.frombuffer(csr.col_indices, dtype=np.int64)
+    return _csr_to_dense(values, crow, col, shape, where, fill=0)
+
+
+def _csr_to_dense(
+    values: np.ndarray, crow: np.ndarray, col: np.ndarray, shape: list[int], where: str, fill: int
+) -> np.ndarray:
+    """The dense ``[rows, columns]`` array of CSR ``values``/``crow``/``col`` (``fill`` where no
+    value is listed), after checking the indices."""
     n_rows, n_cols = shape
     if crow.size != n_rows + 1 or crow[0] != 0 or np.any(np.diff(crow) < 0) or crow[-1] != values.size:
         raise TinkerRequestError(
@@ -133,7 +141,7 @@ def _sparse(csr: Any, np_dtype: Any, shape: list[int], where: str) -> np.ndarray
         raise TinkerRequestError(
             f"{where}: sparse col_indices must give one column in [0, {n_cols}) per value ({values.size})"
         )
-    dense = np.zeros(shape, dtype=np_dtype)
+    dense = np.full(shape, fill, dtype=values.dtype)
     dense[np.repeat(np.arange(n_rows), np.diff(crow)), col] = values
     return dense
 
@@ -306,18 +314,7 @@ def decode_target_prompt_ids(obj: Any, rows: int, vocab: int, max_k: int) -> Tar
             f"{where}: a sparse tensor needs both sparse_crow_indices and sparse_col_indices"
         )
     crow, col = np.asarray(crow_l, dtype=np.int64), np.asarray(col_l, dtype=np.int64)
-    n_rows, n_cols = shape
-    if crow.size != n_rows + 1 or crow[0] != 0 or np.any(np.diff(crow) < 0) or crow[-1] != values.size:
-        raise TinkerRequestError(
-            f"{where}: sparse_crow_indices must be {n_rows + 1} non-decreasing offsets from 0 to the number "
-            f"of values ({values.size})"
-        )
-    if col.size != values.size or (col.size and (col.min() < 0 or col.max() >= n_cols)):
-        raise TinkerRequestError(
-            f"{where}: sparse_col_indices must give one column in [0, {n_cols}) per value ({values.size})"
-        )
-    dense = np.full(shape, -1, dtype=np.int64)
-    dense[np.repeat(np.arange(n_rows), np.diff(crow)), col] = values
+    dense = _csr_to_dense(values, crow, col, shape, where, fill=-1)
     return TargetPromptIds(dense, crow, col)
 
 
