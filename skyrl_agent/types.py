@@ -36,6 +36,7 @@ __all__ = [
     "EpisodeJob",
     "turn_seed",
     "SamplingParams",
+    "GREEDY_BELOW",
     "GenerateRequest",
     "GenerateOutput",
     "FinishReason",
@@ -56,13 +57,18 @@ FLOAT32_TINY = 1.1754943508222875e-38
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 
 
+#: Temperatures below this sample greedily in local samplers: dividing logits by them overflows
+#: float32 (vLLM draws the same line).
+GREEDY_BELOW = 1e-5
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample one turn. Every policy honours these (chat-level ones as far as they can)."""
 
     temperature: float = 1.0
-    """Softmax temperature; 0 means greedy (argmax). Local samplers treat values below 1e-5 as 0
-    (as vLLM does): dividing logits by them overflows."""
+    """Softmax temperature; 0 means greedy (argmax). Local samplers treat values below
+    :data:`GREEDY_BELOW` (1e-5) as 0 (as vLLM does): dividing logits by them overflows."""
     top_p: float = 1.0
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches ``top_p``."""
     top_k: int = 0

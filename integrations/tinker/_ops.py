@@ -26,7 +26,7 @@ from integrations.tinker._wire import (
 from integrations.tinker.losses import LossInputs, check_loss_request, required_inputs, tinker_loss
 from integrations.tinker.types import TinkerRequestError, TinkerServerConfig
 from skyrl_agent.policies.hf import HFPolicy
-from skyrl_agent.types import FinishReason, GenerateRequest, SamplingParams
+from skyrl_agent.types import GREEDY_BELOW, FinishReason, GenerateRequest, SamplingParams
 from skyrl_gym.errors import ConfigError
 from trainers.logprobs import token_logprobs_from_logits
 
@@ -243,8 +243,6 @@ def _max_new_tokens(
     return max(1, min(wanted, cap))
 
 
-#: Temperatures below this draw greedily (the policy's own rule, ``SamplingParams``).
-_GREEDY_BELOW = 1e-5
 #: The value of an empty top-k cell (the client's ``MASK_LOGPROB``), with token id 0.
 _TOPK_EMPTY = -99999.0
 
@@ -313,7 +311,7 @@ def _prompt_scores(
                 got_CK = chunk_CV.gather(-1, want_CK.clamp(min=0))  # C x K
                 target_lps[rows] = torch.where(want_CK >= 0, got_CK, 0.0).cpu().numpy()
             if alt_k > 0:
-                if temperature < _GREEDY_BELOW:
+                if temperature < GREEDY_BELOW:
                     draws_Ck = chunk_CV.argmax(-1, keepdim=True).expand(-1, alt_k)
                 else:
                     probs_CV = torch.softmax(chunk_CV / temperature, dim=-1)

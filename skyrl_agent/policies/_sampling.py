@@ -9,11 +9,7 @@ from typing import Any
 import torch
 
 from skyrl_agent.models import output_cache
-from skyrl_agent.types import SamplingParams
-
-#: Temperatures below this sample greedily: dividing logits by them overflows float32 (vLLM
-#: draws the same line).
-GREEDY_BELOW = 1e-5
+from skyrl_agent.types import GREEDY_BELOW, SamplingParams
 
 
 def sample_rows(
