@@ -294,8 +294,9 @@ def _prompt_scores(
     with torch.inference_mode():
         logits_PV = policy.model(input_ids=ids_1P, attention_mask=torch.ones_like(ids_1P)).logits[0]
         logits_RV = logits_PV[: P - 1]  # R = P - 1 rows: row r predicts prompt token r + 1
-        lp_R = token_logprobs_from_logits(logits_RV[None], ids_1P[:, 1:])[0]  # R
-        lps = [float("nan")] * first + lp_R[first - 1 :].tolist()
+        # S = P - first rows, from the first scored position on (prompt_logprobs_last_n: few)
+        lp_S = token_logprobs_from_logits(logits_RV[first - 1 :][None], ids_1P[:, first:])[0]  # S
+        lps = [float("nan")] * first + lp_S.tolist()
         per_row = k > 0 or targets is not None or alt_k > 0
         for start in range(0, P - 1 if per_row else 0, 256):  # 256 rows of V float32 at a time
             rows = slice(start, min(start + 256, P - 1))
