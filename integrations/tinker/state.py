@@ -240,7 +240,6 @@ class ServerState:
             self.scheduler.close_model(model_id)
         for sid in session.sampler_ids:
             self.sampling_sessions.pop(sid, None)
-        for sid in session.sampler_ids:
             self._stored_samplers.pop(sid, None)
         prefixes = tuple(f"mem:{m}/" for m in session.model_ids)
         # the sampling models are only touched on the worker: free them there, after queued jobs
@@ -389,6 +388,8 @@ class ServerState:
             return rid
 
         record.last_request = time.time()
+        # where this request's place in the model's seq_id order is kept across restarts
+        ordered_store = self.store if seq_id is not None and seq_id > 0 else None
 
         def job() -> Outcome:
             try:
@@ -401,17 +402,12 @@ class ServerState:
                     raise TinkerRequestError(f"model {model_id} failed to be created; create a new one")
                 return work(record.trained)
             finally:
-                if self.store is not None and seq_id is not None and seq_id > 0:
-                    self.store.update_model(model_id, next_seq=seq_id + 1)
+                if ordered_store is not None:
+                    ordered_store.update_model(model_id, next_seq=seq_id + 1)
 
         self.scheduler.submit(model_id, seq_id, rid, job)
-        if (
-            self.store is not None
-            and seq_id is not None
-            and seq_id > 0
-            and self.scheduler.request_for(model_id, seq_id) == rid
-        ):
-            self.store.add_seq_request(model_id, seq_id, rid, _RECENT)
+        if ordered_store is not None and self.scheduler.request_for(model_id, seq_id) == rid:
+            ordered_store.add_seq_request(model_id, seq_id, rid, _RECENT)
         return rid
 
     def submit_forward_backward(self, req: FwdBwdRequest) -> str:
@@ -649,7 +645,7 @@ class ServerState:
         if body.model_path:
             snap = self._path_snapshot(body.model_path)
         elif body.base_model:
-            snap = Snapshot(f"base:{body.base_model}", body.base_model, None, None)
+            snap = _base_snapshot(body.base_model)
         else:
             raise TinkerRequestError("create_sampling_session needs base_model or model_path")
         sid = f"{session.session_id}:sample:{uuid.uuid4().hex[:12]}"
@@ -672,7 +668,7 @@ class ServerState:
         if found is None and sid in self._stored_samplers:  # made before a restart
             session_id, source = self._stored_samplers.pop(sid)
             if source.startswith("base:"):
-                snap = Snapshot(source, source[len("base:") :], None, None)
+                snap = _base_snapshot(source[len("base:") :])
             else:
                 snap = self._path_snapshot(source)
             found = self.sampling_sessions[sid] = SamplingSession(sid, session_id, snap)
@@ -702,7 +698,7 @@ class ServerState:
         elif body.model_path:
             snap = self._path_snapshot(body.model_path)
         elif body.base_model:
-            snap = Snapshot(f"base:{body.base_model}", body.base_model, None, None)
+            snap = _base_snapshot(body.base_model)
         else:
             raise TinkerRequestError("asample needs sampling_session_id, model_path or base_model")
         if snap.key.startswith("mem:") and not self._snapshot_alive(snap):
@@ -742,6 +738,11 @@ class ServerState:
         self.samplers.close()
         if self.store is not None:
             self.store.close()
+
+
+def _base_snapshot(base_model: str) -> Snapshot:
+    """Sampling from a base model as it is (no trained weights)."""
+    return Snapshot(f"base:{base_model}", base_model, None, None)
 
 
 def _strings(meta: dict[str, Any] | None) -> dict[str, str] | None:
