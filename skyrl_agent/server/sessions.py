@@ -15,6 +15,7 @@ Only leaves are returned: a trajectory that a later call continued is part of th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -26,7 +27,7 @@ from typing import Any
 from skyrl_agent.server.types import CallRecord, ChoiceRecord
 from skyrl_agent.types import StopReason, Trajectory
 
-__all__ = ["SessionStore", "calls_to_trajectories", "canonical_message", "Continuation"]
+__all__ = ["SessionStore", "calls_to_trajectories", "canonical_message", "Continuation", "with_reward"]
 
 log = logging.getLogger(__name__)
 
@@ -232,22 +233,16 @@ def calls_to_trajectories(
     for node in nodes:
         if node.extended:
             continue
-        n = len(node.response_ids)
-        token_rewards = [0.0] * n
-        last = max((end - 1 for start, end in node.spans if end > start), default=None)
-        if last is not None:
-            token_rewards[last] = float(reward)
         turns = len(node.spans)
         traj = Trajectory(
             prompt_ids=node.prompt_ids,
             response_ids=node.response_ids,
             loss_mask=node.loss_mask,
             rollout_logprobs=node.logprobs,
-            token_rewards=token_rewards,
-            reward=float(reward),
+            token_rewards=[0.0] * len(node.response_ids),
+            reward=0.0,
             stop_reason=StopReason.ENV_DONE,
             num_turns=turns,
-            turn_rewards=[0.0] * (turns - 1) + [float(reward)] if turns else [],
             turn_spans=node.spans,
             truncated_turns=node.truncated,
             env_metrics={"session_id": session_id} if session_id else {},
@@ -255,6 +250,24 @@ def calls_to_trajectories(
             sample_index=node.sample_index,
             messages=node.messages,
         )
+        traj = with_reward(traj, reward)
         traj.validate()
         out.append(traj)
     return out
+
+
+def with_reward(traj: Trajectory, reward: float) -> Trajectory:
+    """A copy of a captured trajectory scored ``reward``: at its last generated token (the last
+    turn's reward; earlier turns 0), as :func:`calls_to_trajectories` puts it. For trajectories
+    fetched from ``GET /v1/sessions/{id}`` (``Trajectory.from_dict``) and scored afterwards."""
+    token_rewards = [0.0] * len(traj.response_ids)
+    last = max((end - 1 for start, end in traj.turn_spans if end > start), default=None)
+    if last is not None:
+        token_rewards[last] = float(reward)
+    turns = len(traj.turn_spans)
+    return dataclasses.replace(
+        traj,
+        token_rewards=token_rewards,
+        reward=float(reward),
+        turn_rewards=[0.0] * (turns - 1) + [float(reward)] if turns else [],
+    )
