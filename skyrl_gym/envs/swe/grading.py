@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 
@@ -59,10 +60,24 @@ class GradingSetupError(InfrastructureError):
     ``PASS_TO_PASS`` or its ``test_cmd``; ``skyrl swe check`` finds such rows."""
 
 
+#: A unittest-style test id: ``method (module.Class.method)`` (Python 3.11+) or
+#: ``method (module.Class)`` (older Pythons, Django's runner).
+_UNITTEST_ID = re.compile(r"^(\w+) \(([\w.]+)\)$")
+
+
 def _file_of(test_id: str) -> str | None:
-    """The file part of a pytest node id (``tests/t.py::test_x[1]`` -> ``tests/t.py``)."""
+    """The file of a test id: of a pytest node id (``tests/t.py::test_x[1]`` -> ``tests/t.py``)
+    or of a unittest-style id (``test_x (tests.test_t.TestT.test_x)`` -> ``tests/test_t.py``,
+    relative to the directory the runner imports from)."""
     path = test_id.split("::", 1)[0]
-    return path if "::" in test_id and path.endswith(".py") else None
+    if "::" in test_id and path.endswith(".py"):
+        return path
+    match = _UNITTEST_ID.match(test_id)
+    if match is None:
+        return None
+    parts = match.group(2).split(".")
+    module = parts[:-2] if parts[-1] == match.group(1) else parts[:-1]
+    return "/".join(module) + ".py" if module else None
 
 
 def listed_test_files(instance: SWEInstance) -> list[str]:
@@ -154,7 +169,8 @@ def grade_patch(
             if not applied:
                 return report(resolved=False, patch_applied=False, error="patch_failed", log_tail=out)
         _restore_and_apply_tests(ws, instance, base_files)
-        cmd = f"echo '{START_MARKER}'; {command_for_tests(instance, ws.python)}; echo '{END_MARKER}'"
+        # stderr joins stdout inside the markers: unittest (and Django's runner) report on stderr
+        cmd = f"echo '{START_MARKER}'\n{{\n{command_for_tests(instance, ws.python)}\n}} 2>&1\necho '{END_MARKER}'"
         result = ws.sandbox.exec(
             ["/bin/sh", "-c", cmd], env=ws.env, workdir=ws.root, timeout=config.test_timeout_s
         )

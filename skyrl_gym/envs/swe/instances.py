@@ -21,7 +21,8 @@ from skyrl_gym.errors import ConfigError
 __all__ = ["instance_from_row", "load_instances", "bundled_instances", "BUNDLED_TASKS", "BUNDLED_DIR"]
 
 BUNDLED_DIR = Path(__file__).parent / "data"
-#: The bundled task file (8 bug-fix tasks in the ``pocketlib`` library).
+#: The bundled task file: 13 bug-fix tasks in three repositories (``pocketlib``, ``ledgerlite``,
+#: ``gridkit``; see :mod:`skyrl_gym.envs.swe._make_bundle`).
 BUNDLED_TASKS = BUNDLED_DIR / "tasks.jsonl"
 
 _REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
@@ -179,5 +180,6 @@ def load_instances(
 
 
 def bundled_instances() -> list[SWEInstance]:
-    """The bundled pocketlib tasks (their repository is the bundled git bundle)."""
+    """The bundled tasks (pocketlib's, then ledgerlite's, then gridkit's; each repository is a
+    bundled git bundle)."""
     return load_instances(BUNDLED_TASKS)

@@ -201,3 +201,33 @@ def test_edits_to_a_listed_test_file_outside_the_test_patch_are_dropped(instance
     report = grade_patch(wide, patch, config=LOCAL)
     assert "tests/test_roman.py" in report.discarded_files
     assert report.resolved
+
+
+def test_unittest_ids_name_their_files_so_those_are_protected(instances):
+    from skyrl_gym.envs.swe.grading import _file_of, listed_test_files
+
+    assert _file_of("test_x (tests.test_t.TestT.test_x)") == "tests/test_t.py"  # Python 3.11+
+    assert _file_of("test_x (app.tests.TestT)") == "app/tests.py"  # older runners, Django's
+    assert _file_of("tests/t.py::test_x[1]") == "tests/t.py" and _file_of("test_x") is None
+    ledger = next(i for i in instances if i.instance_id == "ledgerlite__ledgerlite-1")
+    # the test patch touches test_money.py only; PASS_TO_PASS names tests of test_ledger.py too
+    assert listed_test_files(ledger) == ["tests/test_money.py", "tests/test_ledger.py"]
+
+
+def test_deleting_a_pass_to_pass_unittest_file_is_dropped_from_the_patch(instances, tmp_path):
+    import subprocess
+
+    from skyrl_gym.envs.swe import grade_patch
+    from skyrl_gym.envs.swe.types import SWEEnvConfig
+
+    ledger = next(i for i in instances if i.instance_id == "ledgerlite__ledgerlite-1")
+    repo = tmp_path / "ledgerlite"
+    subprocess.run(["git", "clone", "-q", ledger.repo_path, str(repo)], check=True)
+    subprocess.run(["git", "checkout", "-q", ledger.base_commit], cwd=repo, check=True)
+    subprocess.run(["git", "apply", "-"], cwd=repo, input=ledger.patch, text=True, check=True)
+    (repo / "tests" / "test_ledger.py").unlink()  # the file of most PASS_TO_PASS tests
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    patch = subprocess.run(["git", "diff", "--cached"], cwd=repo, capture_output=True, text=True).stdout
+    assert "deleted file mode" in patch
+    report = grade_patch(ledger, patch, config=SWEEnvConfig(sandbox="local"))
+    assert report.resolved and "tests/test_ledger.py" in report.discarded_files, report

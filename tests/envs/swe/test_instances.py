@@ -36,7 +36,18 @@ def test_bundled_tasks_are_real_swe_rows():
     instances = bundled_instances()
     assert [i.instance_id for i in instances] == [r["instance_id"] for r in rows]
     assert all(isinstance(i.FAIL_TO_PASS, tuple) and i.FAIL_TO_PASS for i in instances)
-    assert all(i.repo_path.endswith("pocketlib.bundle") for i in instances)
+    assert all(i.repo_path.endswith(f"{i.repo.split('/')[1]}.bundle") for i in instances)
+    # three repository shapes: pytest on the test patch's files, unittest through tox's
+    # command with SWE-bench's parser, and two packages' pytest suites
+    shapes = {
+        (i.repo, i.test_cmd.split(" -m ")[-1].split()[0] if i.test_cmd else "", i.log_parser)
+        for i in instances
+    }
+    assert shapes == {
+        ("pocketlib/pocketlib", "", "pytest"),
+        ("ledgerlite/ledgerlite", "unittest", "swebench:parse_log_django"),
+        ("gridkit/gridkit", "pytest", "pytest"),
+    }
 
 
 def test_lists_may_be_real_lists_and_round_trip(tmp_path):
@@ -58,14 +69,18 @@ def test_parquet_json_and_dataset_load_the_same(tmp_path):
 
     rows = bundled_rows()
     shutil.copy(BUNDLED_TASKS.parent / "pocketlib.bundle", tmp_path / "pocketlib.bundle")
-    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "tasks.parquet")
+    # every column in every row (from_pylist takes its columns from the first row), None where a
+    # row has no value, as a published Parquet file of mixed rows has
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    full = [{k: r.get(k) for k in columns} for r in rows]
+    pq.write_table(pa.Table.from_pylist(full), tmp_path / "tasks.parquet")
     (tmp_path / "tasks.json").write_text(json.dumps(rows))
     from_parquet = load_instances(tmp_path / "tasks.parquet")
     from_json = load_instances(tmp_path / "tasks.json")
     assert from_parquet == from_json
     assert from_parquet[0].repo_path == str(tmp_path / "pocketlib.bundle")  # relative to the task file
     datasets = pytest.importorskip("datasets")
-    from_dataset = load_instances(datasets.Dataset.from_list(rows), base_dir=tmp_path)
+    from_dataset = load_instances(datasets.Dataset.from_list(full), base_dir=tmp_path)
     assert from_dataset == from_parquet
 
 

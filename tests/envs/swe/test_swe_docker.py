@@ -40,7 +40,7 @@ def my_containers() -> list[str]:
 def test_check_passes_on_every_bundled_task(capsys):
     code = main(["check", "--json", "--workers", "2"])
     rows = json.loads(capsys.readouterr().out)
-    assert code == 0 and len(rows) == 8
+    assert code == 0 and len(rows) == 13
     for row in rows:
         assert row["ok"] and row["gold_resolved"] and not row["empty_resolved"], row
         assert row["gold"]["f2p_passed"] == row["gold"]["f2p_total"] > 0

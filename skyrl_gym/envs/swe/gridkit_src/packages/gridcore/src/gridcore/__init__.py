@@ -1,0 +1,5 @@
+"""Rectangular grids of cells with walls."""
+
+from gridcore.grid import Grid
+
+__all__ = ["Grid"]
