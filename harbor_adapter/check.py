@@ -4,6 +4,11 @@ A task passes when its oracle (``solution/solve.sh``) scores 1 and the do-nothin
 0, both run through the same :class:`~harbor_adapter.env.TerminalEnv` a model would use. A task
 that does not load, whose image does not build, or whose verifier leaves no usable reward fails,
 with the reason.
+
+A task whose verifier shares the agent's container but that declares ``artifacts`` is also run
+with a separate verifier: an oracle that passes only in the shared container fails the check,
+since its pass rests on something the agent can change there (a replaced ``python3`` or test
+runner, a file that is not an artifact), and a model trained on it could learn to do the same.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 from harbor_adapter.agents import nop_actions, oracle_actions, run_scripted
 from harbor_adapter.errors import HarborTaskError
 from harbor_adapter.loader import find_task_dirs, load_task
-from harbor_adapter.types import TrialOutcome, TrialSettings
+from harbor_adapter.types import TrialOutcome, TrialSettings, VerifierMode
 
 __all__ = ["TaskCheck", "check_task", "check_tasks", "format_table"]
 
@@ -36,6 +41,8 @@ class TaskCheck:
     """The oracle's trial (None when the task did not load)."""
     nop: TrialOutcome | None = None
     """The do-nothing agent's trial."""
+    oracle_separate: TrialOutcome | None = None
+    """The oracle again with a separate verifier (shared-verifier tasks with artifacts only)."""
     load_error: str | None = None
     """Why the task did not load."""
     seconds: float = 0.0
@@ -57,6 +64,7 @@ class TaskCheck:
             "reasons": list(self.reasons),
             "oracle": self.oracle.to_dict() if self.oracle else None,
             "nop": self.nop.to_dict() if self.nop else None,
+            "oracle_separate": self.oracle_separate.to_dict() if self.oracle_separate else None,
             "load_error": self.load_error,
             "seconds": round(self.seconds, 3),
         }
@@ -89,16 +97,34 @@ def check_task(path: str | Path, settings: TrialSettings | None = None) -> TaskC
             seconds=time.monotonic() - start,
             reasons=(f"does not load: {exc}",),
         )
-    config: dict[str, Any] = {k: v for k, v in asdict(settings or TrialSettings()).items() if v is not None}
+    settings = settings or TrialSettings()
+    config: dict[str, Any] = {k: v for k, v in asdict(settings).items() if v is not None}
     oracle = run_scripted(task, oracle_turns, agent="oracle", env_config=config)
     nop = run_scripted(task, nop_actions(task), agent="nop", env_config=config)
+    reasons = list(_reasons(oracle, nop))
+    separate = None
+    if (
+        not reasons
+        and task.config.artifacts
+        and task.config.verifier_mode(settings.verifier_mode) is VerifierMode.SHARED
+    ):
+        separate = run_scripted(
+            task, oracle_turns, agent="oracle/separate", env_config={**config, "verifier_mode": "separate"}
+        )
+        if separate.error or separate.reward is None or not math.isclose(separate.reward, 1.0):
+            reasons.append(
+                f"the oracle passes only with the verifier in the agent's container: a separate verifier, "
+                f"which sees only the artifacts, scores it {_score(separate)}; the tests trust something the "
+                "agent can change there (a replaced binary, a file that is not an artifact)"
+            )
     return TaskCheck(
         task.name,
         str(task.path),
         oracle,
         nop,
+        oracle_separate=separate,
         seconds=time.monotonic() - start,
-        reasons=_reasons(oracle, nop),
+        reasons=tuple(reasons),
     )
 
 

@@ -36,6 +36,12 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--agent-timeout", type=float, default=None, help="override [agent].timeout_sec")
     check.add_argument("--verifier-timeout", type=float, default=None, help="override [verifier].timeout_sec")
     check.add_argument("--build-timeout", type=float, default=None, help="override build_timeout_sec")
+    check.add_argument(
+        "--verifier-mode",
+        choices=("auto", "shared", "separate"),
+        default="auto",
+        help="where the verifier runs: the task's choice (auto: separate when it declares artifacts), or force one",
+    )
     check.set_defaults(handler=_check)
     prompts = verbs.add_parser("prompts", help="write one rollout row (JSONL) per task")
     prompts.add_argument("tasks_dir", metavar="TASKS_DIR")
@@ -63,6 +69,7 @@ def _check(args: argparse.Namespace) -> int:
         "agent_timeout_s": args.agent_timeout,
         "verifier_timeout_s": args.verifier_timeout,
         "build_timeout_s": args.build_timeout,
+        "verifier_mode": args.verifier_mode,
     }
     settings = TrialSettings(**{k: v for k, v in overrides.items() if v is not None})
 

@@ -17,7 +17,7 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harbor_adapter.errors import (
@@ -28,11 +28,13 @@ from harbor_adapter.errors import (
 )
 from harbor_adapter.types import (
     AgentSection,
+    ArtifactSpec,
     EnvironmentSection,
     HarborTask,
     NetworkMode,
     SolutionSection,
     TaskConfig,
+    VerifierMode,
     VerifierSection,
 )
 from skyrl_gym.errors import ConfigError, did_you_mean
@@ -93,7 +95,7 @@ _KNOWN: dict[str, set[str]] = {
 }
 _USED: dict[str, set[str]] = {
     "agent": {"timeout_sec", "user"},
-    "verifier": {"timeout_sec", "env", "user"},
+    "verifier": {"timeout_sec", "env", "user", "environment_mode", "environment"},
     "environment": {
         "build_timeout_sec",
         "docker_image",
@@ -170,7 +172,7 @@ def parse_task_config(data: Mapping[str, Any], where: Path = Path("task.toml")) 
     Raises :class:`TaskConfigError` for unknown keys (with a "did you mean") and values of the
     wrong type, :class:`UnsupportedTaskError` for what this adapter cannot run."""
     _check_keys(data, "", where)
-    ignored = [k for k in ("source", "multi_step_reward_strategy", "artifacts") if k in data]
+    ignored = [k for k in ("source", "multi_step_reward_strategy") if k in data]
     if data.get("steps"):
         raise UnsupportedTaskError(f"{where}: multi-step tasks ([[steps]]) are not supported yet")
     task_table = _table(data, "task", where)
@@ -193,6 +195,7 @@ def parse_task_config(data: Mapping[str, Any], where: Path = Path("task.toml")) 
             timeout_sec=_number(verifier.get("timeout_sec", 600.0), "[verifier].timeout_sec", where),
             env=_string_map(verifier.get("env", {}), "[verifier].env", where),
             user=verifier.get("user"),
+            **_verifier_environment(verifier, where),
         )
         env_kwargs: dict[str, Any] = {}
         if "memory" in env:
@@ -257,6 +260,7 @@ def parse_task_config(data: Mapping[str, Any], where: Path = Path("task.toml")) 
         raise TaskConfigError(f"{where}: [metadata] must be a table")
     version = data.get("schema_version", data.get("version", "1.0"))
     return TaskConfig(
+        artifacts=_artifacts(data.get("artifacts", []), where),
         agent=agent_section,
         verifier=verifier_section,
         environment=env_section,
@@ -266,6 +270,69 @@ def parse_task_config(data: Mapping[str, Any], where: Path = Path("task.toml")) 
         name=task_table.get("name"),
         ignored=tuple(ignored),
     )
+
+
+def _verifier_environment(verifier: Mapping[str, Any], where: Path) -> dict[str, Any]:
+    """``environment_mode`` and ``[verifier.environment]`` of ``[verifier]``, as Harbor resolves
+    them: a verifier environment without a mode means ``separate``; with ``shared`` it conflicts."""
+    out: dict[str, Any] = {}
+    mode = verifier.get("environment_mode")
+    if mode is not None:
+        try:
+            out["environment_mode"] = VerifierMode(mode)
+        except ValueError:
+            choices = [m.value for m in VerifierMode]
+            raise TaskConfigError(
+                f"{where}: [verifier].environment_mode={mode!r}; use one of {choices}."
+                + did_you_mean(str(mode), choices)
+            ) from None
+    environment = verifier.get("environment")
+    if environment is None:
+        return out
+    if not isinstance(environment, Mapping):
+        raise TaskConfigError(f"{where}: [verifier.environment] must be a table")
+    if out.get("environment_mode") is VerifierMode.SHARED:
+        raise TaskConfigError(
+            f"{where}: [verifier.environment] conflicts with environment_mode = 'shared'; drop one of them"
+        )
+    out["environment_mode"] = VerifierMode.SEPARATE
+    unknown = sorted(set(environment) - _KNOWN["environment"])
+    if unknown:
+        raise TaskConfigError(f"{where}: unknown key(s) {unknown} in [verifier.environment]")
+    image = environment.get("docker_image")
+    if image is not None and not isinstance(image, str):
+        raise TaskConfigError(f"{where}: [verifier.environment].docker_image must be a string, got {image!r}")
+    out["docker_image"] = image
+    return out
+
+
+def _artifacts(value: Any, where: Path) -> tuple[ArtifactSpec, ...]:
+    """``artifacts``: paths (strings) or tables with ``source`` (and ``exclude``, ``destination``)."""
+    if not isinstance(value, list):
+        raise TaskConfigError(f"{where}: artifacts must be a list of paths or tables, got {value!r}")
+    out = []
+    for i, entry in enumerate(value):
+        if isinstance(entry, str):
+            entry = {"source": entry}
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("source"), str):
+            raise TaskConfigError(f"{where}: artifacts[{i}] must be a path or a table with a 'source' path")
+        unknown = sorted(set(entry) - {"source", "destination", "exclude", "service"})
+        if unknown:
+            raise TaskConfigError(f"{where}: artifacts[{i}] has unknown key(s) {unknown}")
+        source = entry["source"]
+        if not source.startswith("/") or ".." in PurePosixPath(source).parts:
+            raise TaskConfigError(
+                f"{where}: artifacts[{i}].source must be an absolute path without '..', got {source!r}"
+            )
+        if entry.get("service") not in (None, "main"):
+            raise UnsupportedTaskError(
+                f"{where}: artifacts[{i}] names service {entry['service']!r}; multi-container tasks are not supported"
+            )
+        exclude = entry.get("exclude", [])
+        if not isinstance(exclude, list) or not all(isinstance(p, str) for p in exclude):
+            raise TaskConfigError(f"{where}: artifacts[{i}].exclude must be a list of glob patterns")
+        out.append(ArtifactSpec(source.rstrip("/") or "/", tuple(exclude)))
+    return tuple(out)
 
 
 def _strip_canary(text: str) -> str:

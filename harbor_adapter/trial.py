@@ -17,28 +17,47 @@ agent left dies, so a background writer cannot forge the reward afterwards; file
 ``/logs/verifier`` and ``/tests`` and check through the daemon that they are empty, copy
 ``tests/`` in, run ``tests/test.sh`` under ``[verifier].timeout_sec``, read ``reward.json`` else
 ``reward.txt`` through the daemon (not with the container's own, replaceable, tools).
+
+With a separate verifier (``[verifier] environment_mode = "separate"``, a
+``[verifier.environment]`` table, or a task that declares ``artifacts``; see
+:meth:`~harbor_adapter.types.TaskConfig.verifier_mode`) the verifier does not trust the agent's
+container at all: the daemon reads each artifact out of it (``/logs/artifacts`` and the task's
+``artifacts``; regular files and directories only, permission bits without setuid/setgid,
+``exclude`` patterns left out), the agent's container is removed, a fresh container starts from
+the verifier's image (the task's own unless ``[verifier.environment].docker_image``), the
+artifacts are put back at their paths, and the same steps run there. A binary the agent replaced
+(``python3``, ``grep``, the test runner) is not in that container.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import io
+import logging
+import posixpath
 import tarfile
 import time
 
 from harbor_adapter.errors import RewardError, TrialError, TrialTimeoutError
 from harbor_adapter.images import ensure_image, image_workdir
 from harbor_adapter.reward import REWARD_JSON, REWARD_TXT, VERIFIER_DIR, parse_reward
-from harbor_adapter.types import HarborTask, TrialSettings, VerifierResult
+from harbor_adapter.types import ArtifactSpec, HarborTask, TrialSettings, VerifierMode, VerifierResult
 from skyrl_gym.errors import SandboxError, SandboxTimeoutError
 from skyrl_gym.sandbox import make_sandbox
 from skyrl_gym.sandbox._dockerlib import docker_module
 from skyrl_gym.sandbox.docker import DockerSandbox
 from skyrl_gym.sandbox.types import DockerProfile, ExecResult, MiB, SandboxLimits, SandboxSpec
 
-__all__ = ["Trial", "TESTS_DIR"]
+__all__ = ["Trial", "TESTS_DIR", "ARTIFACTS_DIR"]
+
+log = logging.getLogger(__name__)
 
 TESTS_DIR = "/tests"
+#: Harbor's conventional publish folder of the agent: always carried to a separate verifier.
+ARTIFACTS_DIR = "/logs/artifacts"
+#: Largest artifact (its tar archive) carried to a separate verifier; a larger one is left out.
+ARTIFACT_MAX_BYTES = 256 * 1024 * 1024
 _PREPARE = f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} {TESTS_DIR}"
 # an agent command runs in bash where the image has it, else in sh
 _SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; else exec sh -c "$1"; fi'
@@ -115,39 +134,47 @@ class Trial:
             raise TrialError("this trial is closed; make a new one")
         if self.sandbox is not None:
             return
-        env = self.task.config.environment
         self.image, _, self.build_seconds = ensure_image(self.task, deadline_s=self.settings.build_timeout_s)
-        self.workdir = env.workdir or image_workdir(self.image)
-        agent_user = self.task.config.agent.user
-        spec = SandboxSpec(
-            "docker",
-            self.limits(),
-            image=self.image,
-            profile=DockerProfile.TASK,
-            network=env.network,
-            workdir=self.workdir,
-            env={"HOME": "/root", **env.env},
-            user=None if agent_user is None else str(agent_user),
-            labels={"harbor.task": self.task.name},
-            name_prefix="skyrl-harbor",
-            start_timeout_s=self.settings.start_timeout_s,
-        )
+        self.workdir = self.task.config.environment.workdir or image_workdir(self.image)
         t0 = time.monotonic()
-        try:
-            sandbox = make_sandbox(spec)
-        except SandboxTimeoutError as exc:
-            raise TrialTimeoutError(
-                f"task {self.task.name!r}: starting the container took longer than {spec.start_timeout_s:g} s"
-            ) from exc
-        assert isinstance(sandbox, DockerSandbox)
+        sandbox = self._start_container(self.image, self.task.config.agent.user, phase="agent")
         if self._closed:  # closed from another thread while the container started
             sandbox.close()
             raise TrialError("the trial was closed while its container started")
         self.sandbox = sandbox
         self.start_seconds = time.monotonic() - t0
         with contextlib.suppress(SandboxError):  # Harbor's layout: the agent may log to /logs/agent
-            self.sandbox.exec(f"mkdir -p /logs/agent {VERIFIER_DIR}", timeout=30, workdir="/")
+            self.sandbox.exec(f"mkdir -p /logs/agent {ARTIFACTS_DIR} {VERIFIER_DIR}", timeout=30, workdir="/")
         self.agent_started = time.monotonic()
+
+    def _start_container(self, image: str, user: str | int | None, *, phase: str) -> DockerSandbox:
+        env = self.task.config.environment
+        spec = SandboxSpec(
+            "docker",
+            self.limits(),
+            image=image,
+            profile=DockerProfile.TASK,
+            network=env.network,
+            workdir=self.workdir,
+            env={"HOME": "/root", **env.env},
+            user=None if user is None else str(user),
+            labels={"harbor.task": self.task.name, "harbor.phase": phase},
+            name_prefix="skyrl-harbor",
+            start_timeout_s=self.settings.start_timeout_s,
+        )
+        try:
+            sandbox = make_sandbox(spec)
+        except SandboxTimeoutError as exc:
+            raise TrialTimeoutError(
+                f"task {self.task.name!r}: starting the {phase} container took longer than {spec.start_timeout_s:g} s"
+            ) from exc
+        assert isinstance(sandbox, DockerSandbox)
+        return sandbox
+
+    @property
+    def verifier_mode(self) -> VerifierMode:
+        """Where this trial's verifier runs (the task's mode under the settings)."""
+        return self.task.config.verifier_mode(self.settings.verifier_mode)
 
     def close(self) -> None:
         """Remove the container. Idempotent."""
@@ -202,14 +229,17 @@ class Trial:
         box = self._box()
         self.end_agent_phase()
         t0 = time.monotonic()
-        # Every process the agent started dies: the daemon restarts the container (its files stay).
-        # A background writer cannot touch the reward afterwards, whatever binaries it replaced.
-        try:
-            box.container.restart(timeout=0)
-        except Exception as exc:  # noqa: BLE001 - the daemon's error types vary
-            raise TrialError(
-                f"could not restart {self.task.name!r}'s container for the verifier: {exc}"
-            ) from exc
+        if self.verifier_mode is VerifierMode.SEPARATE:
+            box = self._separate_verifier(box)
+        else:
+            # Every process the agent started dies: the daemon restarts the container (its files
+            # stay). A background writer cannot touch the reward afterwards.
+            try:
+                box.container.restart(timeout=0)
+            except Exception as exc:  # noqa: BLE001 - the daemon's error types vary
+                raise TrialError(
+                    f"could not restart {self.task.name!r}'s container for the verifier: {exc}"
+                ) from exc
         prep = box.exec(["/bin/sh", "-c", _PREPARE], timeout=30, workdir="/")
         # checked through the daemon, not the container's own (replaceable) tools
         if (
@@ -250,6 +280,65 @@ class Trial:
         except RewardError as exc:
             return VerifierResult(None, error=str(exc), exit_code=run.exit_code, seconds=seconds, output=tail)
         return VerifierResult(reward, metrics, exit_code=run.exit_code, seconds=seconds, output=tail)
+
+    def _separate_verifier(self, agent_box: DockerSandbox) -> DockerSandbox:
+        """Carry the artifacts out of the agent's container, remove it, and start the verifier's
+        container with the artifacts at their paths; the new container becomes the trial's."""
+        specs = [
+            ArtifactSpec(ARTIFACTS_DIR),
+            *(a for a in self.task.config.artifacts if a.source != ARTIFACTS_DIR),
+        ]
+        carried = [(spec.source, _collect_artifact(agent_box, spec)) for spec in specs]
+        self.sandbox = None
+        agent_box.close()  # the agent's processes and files go with it
+        image = self.task.config.verifier.docker_image or self.image
+        assert image is not None
+        box = self._start_container(image, self.task.config.verifier.user, phase="verifier")
+        self.sandbox = box
+        for source, data in carried:
+            if data is None:
+                continue
+            parent = posixpath.dirname(source) or "/"
+            made = box.exec(["mkdir", "-p", parent], timeout=30, workdir="/")
+            if not made.ok or not box.container.put_archive(parent, data):
+                raise TrialError(
+                    f"could not put artifact {source} into {self.task.name!r}'s verifier container"
+                )
+        return box
+
+
+def _collect_artifact(box: DockerSandbox, spec: ArtifactSpec) -> bytes | None:
+    """``spec.source`` as the daemon reads it out of the agent's container, repacked with only
+    regular files and directories (no links, devices or fifos), permission bits only (no
+    setuid/setgid/sticky), without the ``exclude`` patterns; None when it does not exist or is
+    larger than :data:`ARTIFACT_MAX_BYTES` (the verifier then finds it missing)."""
+    try:
+        stream, _ = box.container.get_archive(spec.source)
+    except docker_module().errors.NotFound:
+        return None
+    buf = io.BytesIO()
+    for chunk in stream:
+        buf.write(chunk)
+        if buf.tell() > ARTIFACT_MAX_BYTES:
+            log.warning("artifact %s is larger than %d bytes; left out", spec.source, ARTIFACT_MAX_BYTES)
+            return None
+    buf.seek(0)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="r:") as src, tarfile.open(fileobj=out, mode="w:") as dst:
+        members = src.getmembers()
+        top = members[0].name if members else ""
+        for m in members:
+            rel = m.name[len(top) + 1 :] if m.name.startswith(top + "/") else ""
+            if rel and any(
+                fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(posixpath.basename(rel), p) for p in spec.exclude
+            ):
+                continue
+            if not (m.isfile() or m.isdir()):
+                continue
+            m.mode &= 0o777
+            m.uname = m.gname = ""
+            dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+    return out.getvalue()
 
 
 def _archive(box: DockerSandbox, path: str) -> tarfile.TarFile | None:

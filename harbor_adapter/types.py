@@ -26,6 +26,8 @@ from skyrl_gym.errors import ConfigError
 
 __all__ = [
     "NetworkMode",
+    "VerifierMode",
+    "ArtifactSpec",
     "AgentSection",
     "VerifierSection",
     "EnvironmentSection",
@@ -77,6 +79,25 @@ class AgentSection:
         return float(self.timeout_sec) if self.timeout_sec is not None else DEFAULT_AGENT_TIMEOUT_S
 
 
+class VerifierMode(StrEnum):
+    """Where ``tests/test.sh`` runs (Harbor's ``[verifier].environment_mode``)."""
+
+    SHARED = "shared"
+    """In the agent's container, after the agent's processes are killed."""
+    SEPARATE = "separate"
+    """In a fresh container; only the task's ``artifacts`` are carried over from the agent's."""
+
+
+@dataclass(frozen=True)
+class ArtifactSpec:
+    """One entry of ``artifacts``: a file or directory the agent leaves for the verifier."""
+
+    source: str
+    """Absolute path in the agent's container; the verifier finds it at the same path."""
+    exclude: tuple[str, ...] = ()
+    """Glob patterns (relative to ``source``) left out of a directory."""
+
+
 @dataclass(frozen=True)
 class VerifierSection:
     """``[verifier]``: the verifier phase."""
@@ -87,6 +108,12 @@ class VerifierSection:
     """Environment variables of the test run."""
     user: str | int | None = None
     """User the verifier runs as (default: root)."""
+    environment_mode: VerifierMode | None = None
+    """``environment_mode`` as the task states it (a ``[verifier.environment]`` table implies
+    ``separate``); None when the task says nothing (see :meth:`TaskConfig.verifier_mode`)."""
+    docker_image: str | None = None
+    """``[verifier.environment].docker_image``: a ready image for the separate verifier; None
+    runs it from the task's own image."""
 
     def __post_init__(self) -> None:
         _positive("[verifier].timeout_sec", self.timeout_sec)
@@ -169,6 +196,20 @@ class TaskConfig:
     """``[task].name`` when the task declares one."""
     ignored: tuple[str, ...] = ()
     """Keys Harbor knows that this adapter does not act on (``mcp_servers``, ``healthcheck``...)."""
+    artifacts: tuple[ArtifactSpec, ...] = ()
+    """``artifacts``: what a separate verifier gets from the agent's container (besides
+    ``/logs/artifacts``, which it always gets)."""
+
+    def verifier_mode(self, setting: str = "auto") -> VerifierMode:
+        """Where the verifier runs under :attr:`TrialSettings.verifier_mode` ``setting``:
+        ``shared``/``separate`` force it; ``auto`` takes the task's stated mode, else
+        ``separate`` when the task declares artifacts (the files its tests read), else
+        ``shared``."""
+        if setting != "auto":
+            return VerifierMode(setting)
+        if self.verifier.environment_mode is not None:
+            return self.verifier.environment_mode
+        return VerifierMode.SEPARATE if self.artifacts else VerifierMode.SHARED
 
 
 @dataclass(frozen=True)
@@ -191,8 +232,18 @@ class TrialSettings:
     """Most processes in the container at once."""
     output_chars: int = 8000
     """Most characters of a command's output shown to the model (the middle is cut)."""
+    verifier_mode: str = "auto"
+    """``auto``: a separate verifier container where the task states it or declares artifacts
+    (a shared one otherwise, or where the task opts out with ``environment_mode = "shared"``);
+    ``separate`` or ``shared`` for every task. In a shared container an agent that replaces
+    ``python3``, ``bash`` or the test runner can forge a pass; a separate verifier starts from
+    the image and sees only the artifacts."""
 
     def __post_init__(self) -> None:
+        if self.verifier_mode not in ("auto", "shared", "separate"):
+            raise ConfigError(
+                f"TrialSettings.verifier_mode must be 'auto', 'shared' or 'separate', got {self.verifier_mode!r}"
+            )
         for name in ("command_timeout_s", "start_timeout_s"):
             _positive(f"TrialSettings.{name}", getattr(self, name))
         for name in ("agent_timeout_s", "verifier_timeout_s", "build_timeout_s"):

@@ -20,6 +20,7 @@ READ_TASKS = """
 import json, sys, warnings
 warnings.simplefilter("error", DeprecationWarning)   # no deprecated keys in our tasks
 from harbor.models.task.task import Task
+from harbor.models.task.verifier_mode import resolve_task_verifier_mode
 out = {}
 for d in sys.argv[1:]:
     t = Task(d)
@@ -30,6 +31,8 @@ for d in sys.argv[1:]:
         "build_timeout": e.build_timeout_sec, "cpus": e.cpus, "memory_mb": e.memory_mb,
         "storage_mb": e.storage_mb, "network_mode": e.network_mode.value, "docker_image": e.docker_image,
         "instruction": t.instruction.strip(), "has_solution": t.paths.solve_path.exists(),
+        "verifier_mode": resolve_task_verifier_mode(c).value,
+        "artifacts": [a if isinstance(a, str) else a.source for a in c.artifacts],
     }
 print(json.dumps(out))
 """
@@ -60,6 +63,13 @@ def test_harbor_loads_our_tasks_like_we_do(harbor_python):
         assert h["storage_mb"] == e.storage_mb and h["docker_image"] == e.docker_image
         assert h["network_mode"] == e.network_mode.value == "no-network"
         assert h["instruction"] == ours[name].instruction and h["has_solution"]
+        assert h["artifacts"] == [a.source for a in c.artifacts]
+        # where the task states its verifier mode, both read the same; a task that states none
+        # but declares artifacts runs separately here (Harbor would share the container)
+        stated = c.verifier.environment_mode
+        assert h["verifier_mode"] == (stated.value if stated else "shared")
+        assert c.verifier_mode() == (stated or ("separate" if c.artifacts else "shared"))
+    assert any(t.config.verifier_mode() == "separate" for t in ours.values())  # word-report
 
 
 def test_harbor_lint_finds_nothing_but_the_shared_verifier_note(harbor_python):

@@ -236,3 +236,79 @@ def test_build_deadline_cache_and_missing_image(make_task, base_images):
     missing = load_task(make_task("noimg", toml='[environment]\ndocker_image = "nope/not-here:1"\n'))
     with pytest.raises(ImageBuildError, match="not on this machine"):
         ensure_image(missing)
+
+
+SEPARATE_TOML = """\
+artifacts = ["/app/answer.txt"]
+
+[agent]
+timeout_sec = 60.0
+
+[verifier]
+timeout_sec = 30.0
+
+[environment]
+docker_image = "skyrl-sandbox/minimal:latest"
+memory_mb = 256
+network_mode = "no-network"
+"""
+# the test trusts grep's exit status, as tests trust python3 or pytest
+GREP_TEST = "if grep -qx 42 /app/answer.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+# an oracle that does not solve the task: it replaces grep with a program that always succeeds
+FORGING_ORACLE = (
+    "printf '#!/bin/sh\\nexit 0\\n' > /tmp/yes && chmod +x /tmp/yes && cp /tmp/yes \"$(command -v grep)\"\n"
+)
+
+
+def test_a_separate_verifier_is_not_fooled_by_replaced_binaries(make_task):
+    from harbor_adapter.check import check_task
+
+    path = make_task("forge-grep", toml=SEPARATE_TOML, test_sh=GREP_TEST, solve_sh=FORGING_ORACLE)
+    task = load_task(path)
+    assert task.config.verifier_mode() == "separate"  # it declares artifacts and states no mode
+    forge = [bash(FORGING_ORACLE.strip()), SUBMIT]
+    honest = [bash("mkdir -p /app && echo 42 > /app/answer.txt"), SUBMIT]
+    # the naive, shared verifier runs the agent's grep: the forgery passes
+    shared = run_scripted(task, forge, agent="forger", env_config={"verifier_mode": "shared"})
+    assert (shared.reward, shared.error) == (1.0, None)
+    # a separate verifier starts from the image: only /app/answer.txt comes over, and it is absent
+    separate = run_scripted(task, forge, agent="forger")
+    assert (separate.reward, separate.error) == (0.0, None)
+    assert run_scripted(task, honest, agent="honest").reward == 1.0  # the artifact does come over
+    # skyrl harbor check: in shared mode the oracle passes there but not with a separate verifier
+    verdict = check_task(path, TrialSettings(verifier_mode="shared"))
+    assert verdict.oracle.reward == 1.0 and verdict.oracle_separate.reward == 0.0
+    assert (
+        not verdict.passed and "passes only with the verifier in the agent's container" in verdict.reasons[0]
+    )
+    verdict = check_task(path)  # auto: separate, where the forging oracle scores 0
+    assert not verdict.passed and verdict.reasons == ("oracle scored 0.0, expected 1",)
+
+
+def test_only_clean_artifacts_reach_a_separate_verifier(make_task):
+    toml = SEPARATE_TOML.replace(
+        'artifacts = ["/app/answer.txt"]', 'artifacts = [{source = "/app/out", exclude = ["*.tmp"]}]'
+    )
+    checks = " && ".join(
+        [
+            '[ -f /app/out/keep ] && [ "$(cat /app/out/keep)" = a ]',
+            "[ ! -e /app/out/skip.tmp ]",  # excluded
+            "[ ! -L /app/out/link ] && [ ! -e /app/out/link ]",  # links are not carried
+            "[ -f /app/out/suid ] && [ ! -u /app/out/suid ]",  # the file, without its setuid bit
+            "[ ! -e /app/secret ]",  # not an artifact
+            "[ -f /logs/artifacts/note.txt ]",  # Harbor's publish folder always comes over
+            "[ ! -e /tmp/agent-was-here ]",  # a fresh container
+        ]
+    )
+    test_sh = (
+        f"if {checks}; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+    )
+    task = load_task(make_task("clean", toml=toml, test_sh=test_sh))
+    work = bash(
+        "mkdir -p /app/out && echo a > /app/out/keep && echo b > /app/out/skip.tmp && "
+        "ln -s /etc/passwd /app/out/link && cp /bin/true /app/out/suid && chmod u+s /app/out/suid && "
+        "echo x > /app/secret && echo n > /logs/artifacts/note.txt && touch /tmp/agent-was-here"
+    )
+    assert run_scripted(task, [work, SUBMIT], agent="a").reward == 1.0
+    # the same checks in the agent's own container fail (the link, the secret, the setuid bit...)
+    assert run_scripted(task, [work, SUBMIT], agent="a", env_config={"verifier_mode": "shared"}).reward == 0.0

@@ -227,3 +227,40 @@ def test_base_images_of_a_dockerfile():
     COPY --from=build /out /out
     """
     assert base_images(text) == ["skyrl-sandbox/python:latest", "skyrl-sandbox/minimal"]
+
+
+def test_artifacts_and_the_verifier_mode():
+    from harbor_adapter.types import ArtifactSpec, TrialSettings, VerifierMode
+
+    cfg = parse_task_config({"artifacts": ["/app/out.txt", {"source": "/app/dir/", "exclude": ["*.pyc"]}]})
+    assert cfg.artifacts == (ArtifactSpec("/app/out.txt"), ArtifactSpec("/app/dir", ("*.pyc",)))
+    assert cfg.verifier_mode() is VerifierMode.SEPARATE  # artifacts and no stated mode
+    assert cfg.verifier_mode(TrialSettings(verifier_mode="shared").verifier_mode) is VerifierMode.SHARED
+    opt_out = parse_task_config({"artifacts": ["/app/out.txt"], "verifier": {"environment_mode": "shared"}})
+    assert opt_out.verifier_mode() is VerifierMode.SHARED
+    assert parse_task_config({}).verifier_mode() is VerifierMode.SHARED  # nothing to carry over
+    table = parse_task_config({"verifier": {"environment": {"docker_image": "checker:1"}}})
+    assert table.verifier_mode() is VerifierMode.SEPARATE and table.verifier.docker_image == "checker:1"
+    assert "artifacts" not in cfg.ignored
+    with pytest.raises(UnsupportedTaskError, match="service"):
+        parse_task_config({"artifacts": [{"source": "/x", "service": "db"}]})
+    with pytest.raises(ConfigError, match="verifier_mode"):
+        TrialSettings(verifier_mode="both")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"artifacts": "/app/x"}, "must be a list"),
+        ({"artifacts": ["app/x"]}, "absolute path"),
+        ({"artifacts": ["/app/../etc"]}, "without '..'"),
+        ({"artifacts": [{"source": "/x", "colour": 1}]}, "unknown key"),
+        ({"artifacts": [{"source": "/x", "exclude": "*.pyc"}]}, "glob patterns"),
+        ({"verifier": {"environment_mode": "seperate"}}, "Did you mean 'separate'"),
+        ({"verifier": {"environment_mode": "shared", "environment": {}}}, "conflicts"),
+        ({"verifier": {"environment": {"dockr_image": "x"}}}, "unknown key"),
+    ],
+)
+def test_bad_artifacts_and_verifier_modes_say_what_is_wrong(data, message):
+    with pytest.raises(TaskConfigError, match=message):
+        parse_task_config(data)
