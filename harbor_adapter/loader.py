@@ -17,8 +17,9 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 from harbor_adapter.errors import (
     HarborTaskError,
@@ -40,6 +41,8 @@ from harbor_adapter.types import (
 from skyrl_gym.errors import ConfigError, did_you_mean
 
 __all__ = ["load_task", "load_tasks", "find_task_dirs", "parse_task_config", "bundled_tasks_dir"]
+
+_E = TypeVar("_E", bound=Enum)
 
 # Keys Harbor's TaskConfig (schema 1.x) knows, per table. Those not in _USED are accepted and
 # listed in TaskConfig.ignored.
@@ -225,14 +228,7 @@ def parse_task_config(data: Mapping[str, Any], where: Path = Path("task.toml")) 
             )
         mode = env.get("network_mode")
         if mode is not None:
-            try:
-                env_kwargs["network_mode"] = NetworkMode(mode)
-            except ValueError:
-                choices = [m.value for m in NetworkMode]
-                raise TaskConfigError(
-                    f"{where}: [environment].network_mode={mode!r}; use one of {choices}."
-                    + did_you_mean(str(mode), choices)
-                ) from None
+            env_kwargs["network_mode"] = _choice(NetworkMode, mode, "[environment].network_mode", where)
         elif allow is not None:
             env_kwargs["network_mode"] = NetworkMode.PUBLIC if allow else NetworkMode.NO_NETWORK
         hosts = env.get("allowed_hosts") or []
@@ -272,20 +268,25 @@ def parse_task_config(data: Mapping[str, Any], where: Path = Path("task.toml")) 
     )
 
 
+def _choice(enum_cls: type[_E], value: Any, key: str, where: Path) -> _E:
+    """``enum_cls(value)``, or a :class:`TaskConfigError` naming the key, the choices and the
+    closest one."""
+    try:
+        return enum_cls(value)
+    except ValueError:
+        choices = [m.value for m in enum_cls]
+        raise TaskConfigError(
+            f"{where}: {key}={value!r}; use one of {choices}." + did_you_mean(str(value), choices)
+        ) from None
+
+
 def _verifier_environment(verifier: Mapping[str, Any], where: Path) -> dict[str, Any]:
     """``environment_mode`` and ``[verifier.environment]`` of ``[verifier]``, as Harbor resolves
     them: a verifier environment without a mode means ``separate``; with ``shared`` it conflicts."""
     out: dict[str, Any] = {}
     mode = verifier.get("environment_mode")
     if mode is not None:
-        try:
-            out["environment_mode"] = VerifierMode(mode)
-        except ValueError:
-            choices = [m.value for m in VerifierMode]
-            raise TaskConfigError(
-                f"{where}: [verifier].environment_mode={mode!r}; use one of {choices}."
-                + did_you_mean(str(mode), choices)
-            ) from None
+        out["environment_mode"] = _choice(VerifierMode, mode, "[verifier].environment_mode", where)
     environment = verifier.get("environment")
     if environment is None:
         return out

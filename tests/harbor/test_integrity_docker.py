@@ -16,6 +16,7 @@ from harbor_adapter.env import TerminalEnv, tool_call
 from harbor_adapter.errors import ImageBuildError, RewardError, TrialTimeoutError
 from harbor_adapter.trial import Trial
 from harbor_adapter.types import TrialSettings
+from tests.harbor.conftest import TOML
 
 pytestmark = pytest.mark.docker
 
@@ -238,20 +239,7 @@ def test_build_deadline_cache_and_missing_image(make_task, base_images):
         ensure_image(missing)
 
 
-SEPARATE_TOML = """\
-artifacts = ["/app/answer.txt"]
-
-[agent]
-timeout_sec = 60.0
-
-[verifier]
-timeout_sec = 30.0
-
-[environment]
-docker_image = "skyrl-sandbox/minimal:latest"
-memory_mb = 256
-network_mode = "no-network"
-"""
+SEPARATE_TOML = 'artifacts = ["/app/answer.txt"]\n' + TOML  # the fixture's task, with an artifact
 # the test trusts grep's exit status, as tests trust python3 or pytest
 GREP_TEST = "if grep -qx 42 /app/answer.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
 # an oracle that does not solve the task: it replaces grep with a program that always succeeds
