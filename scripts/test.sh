@@ -23,4 +23,4 @@ echo "[test] ruff check + format"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 echo "[test] pytest"
-exec .venv/bin/python -m pytest -m "not gpu" "$@"
+exec .venv/bin/python -m pytest -m "not gpu" --durations=40 "$@"
