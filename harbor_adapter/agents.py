@@ -14,6 +14,7 @@ import base64
 import shlex
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from harbor_adapter.env import TerminalEnv, tool_call
 from harbor_adapter.errors import TaskFileMissingError, TrialError
@@ -25,12 +26,10 @@ __all__ = ["oracle_actions", "nop_actions", "run_scripted", "SOLUTION_DIR", "AGE
 SOLUTION_DIR = "/solution"
 
 
-def oracle_actions(task: HarborTask) -> list[str]:
-    """The oracle's turns: write ``solution/`` into ``/solution``, run ``solve.sh``, submit."""
-    root = task.solution_dir
-    if not (root / "solve.sh").is_file():
-        raise TaskFileMissingError(f"{task.path}: no solution/solve.sh (the oracle)")
-    turns = []
+def _solution_turns(task: HarborTask, root: Path, *, clear: bool = False) -> list[str]:
+    """Write ``root`` (a ``solution/`` folder) into ``/solution`` (emptied first with ``clear``)
+    and run its ``solve.sh``."""
+    turns = [tool_call("bash", command=f"rm -rf {SOLUTION_DIR}")] if clear else []
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         target = f"{SOLUTION_DIR}/{path.relative_to(root).as_posix()}"
         data = path.read_bytes()
@@ -49,14 +48,33 @@ def oracle_actions(task: HarborTask) -> list[str]:
         f"chmod +x {SOLUTION_DIR}/solve.sh && {env_prefix + ' ' if env_prefix else ''}{SOLUTION_DIR}/solve.sh"
     )
     turns.append(tool_call("bash", command=run))
-    turns.append(tool_call("submit"))
+    return turns
+
+
+def oracle_actions(task: HarborTask) -> list[str]:
+    """The oracle's turns: write ``solution/`` into ``/solution``, run ``solve.sh``, submit. For
+    a multi-step task, so for each step in turn, from the step's ``solution/`` (the task's when
+    the step has none)."""
+    if not task.steps:
+        if not (task.solution_dir / "solve.sh").is_file():
+            raise TaskFileMissingError(f"{task.path}: no solution/solve.sh (the oracle)")
+        return [*_solution_turns(task, task.solution_dir), tool_call("submit")]
+    turns = []
+    for i, step in enumerate(task.steps):
+        root = step.solution_dir if step.solution_dir.is_dir() else task.solution_dir
+        if not (root / "solve.sh").is_file():
+            raise TaskFileMissingError(
+                f"{task.path}: step {step.name!r} has no oracle: neither steps/{step.name}/solution/solve.sh "
+                "nor solution/solve.sh"
+            )
+        turns += [*_solution_turns(task, root, clear=i > 0), tool_call("submit")]
     return turns
 
 
 def nop_actions(task: HarborTask) -> list[str]:
-    """The do-nothing agent: submit at once (the task's initial state must score 0)."""
-    del task
-    return [tool_call("submit")]
+    """The do-nothing agent: submit at once (the task's initial state must score 0), at every
+    step of a multi-step task."""
+    return [tool_call("submit")] * max(len(task.steps), 1)
 
 
 #: Scripted agents by name.

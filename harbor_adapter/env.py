@@ -19,6 +19,18 @@ reward (on the last turn, 0 before). A verifier that leaves no usable reward
 raises out of ``step``: both are infrastructure errors, and the runtime records the episode as
 masked, never as reward 0.
 
+A multi-step task (``[[steps]]``) is one episode: the first step's instruction is the first
+user message; when a step ends (``submit``, its ``max_turns`` turns, or its agent budget) its
+verifier runs, and the next step's instruction arrives as the observation, in the same
+container. The episode ends after the last step, or after a step whose reward misses its
+``min_reward``. Each step's reward sits on that step's last turn so that the turn rewards add
+up to the task's reward by its ``multi_step_reward_strategy``: with ``mean`` a step adds its
+reward over the number of steps (and the last step run adds what makes the sum the mean over
+the steps that ran); with ``final`` only the last step run carries a reward. ``max_turns``
+counts over the whole episode: when the turns run out, the current step is the last one checked
+(so that the env, not the runtime's turn limit, ends every episode) and the steps never reached
+count as reward 0.
+
 ``extras``: ``task_dir`` (a task folder), or ``task`` (a name) with ``env_config["tasks_dir"]``,
 and optionally ``max_turns``; both may also sit under ``extras["extras"]`` (a whole dataset row
 passed as extras, as the trainers do).
@@ -34,8 +46,9 @@ from typing import Any
 
 from harbor_adapter.errors import RewardError, TrialError, TrialTimeoutError
 from harbor_adapter.loader import bundled_tasks_dir, load_task
+from harbor_adapter.reward import combine_steps
 from harbor_adapter.trial import Trial
-from harbor_adapter.types import HarborTask, TrialSettings, VerifierResult
+from harbor_adapter.types import HarborTask, RewardStrategy, TrialSettings, VerifierResult
 from skyrl_gym.config import config_get
 from skyrl_gym.core import BaseTextEnv
 from skyrl_gym.errors import ConfigError, did_you_mean
@@ -185,6 +198,10 @@ class TerminalEnv(BaseTextEnv):
         self.verifier: VerifierResult | None = None
         self.tool_calls = 0
         self.format_errors = 0
+        self.step_index = 0
+        self.step_results: list[tuple[str, VerifierResult]] = []
+        self._given = 0.0  # reward handed out on earlier steps' last turns
+        self._concluded = False  # a multi-step task's reward is combined
         self._closed = False
 
     @classmethod
@@ -217,6 +234,8 @@ class TerminalEnv(BaseTextEnv):
         if self.trial is None:
             self.trial = Trial(self.task, self.settings)
             self.trial.start()
+            if self.task.steps:
+                self.trial.begin_step(self.task.steps[0])
         messages = list(prompt) if prompt else task_prompt(self.task)
         return messages, {"task": self.task.name, "image": self.trial.image}
 
@@ -227,12 +246,10 @@ class TerminalEnv(BaseTextEnv):
         results = self.call_tools(action, self.parser, timeout=None)  # a broken container raises
         self.tool_calls += len(results)
         meta: dict[str, Any] = {"tool_calls": [{"name": r.name, "error": r.error} for r in results]}
-        if (
-            self.submitted
-            or self.out_of_time
-            or self.turns >= self.max_turns
-            or self.trial.agent_time_left() <= 0
-        ):
+        out_of_turns = self.turns >= self.max_turns
+        if self.submitted or self.out_of_time or out_of_turns or self.trial.agent_time_left() <= 0:
+            if self.task.steps:
+                return self._finish_step(meta, out_of_turns=out_of_turns)
             return self._finish(meta)
         if not results:
             self.format_errors += 1
@@ -242,14 +259,20 @@ class TerminalEnv(BaseTextEnv):
             observations=[{"role": "user", "content": content}], reward=0.0, done=False, metadata=meta
         )
 
-    def _finish(self, meta: dict[str, Any]) -> BaseTextEnvStepOutput:
-        """End the agent phase, run the verifier, and return the final step (or raise)."""
+    def _verify(self, *, last: bool) -> VerifierResult:
+        """Run the verifier (of the current step); a result without a reward raises."""
         assert self.trial is not None
         self.trial.end_agent_phase()
-        result = self.trial.verify()
+        result = self.trial.verify(last=last)
         self.verifier = result
         if not result.ok:
-            raise RewardError(f"task {self.task.name!r}: {result.error}")
+            where = f", step {self.trial.step.name!r}" if self.trial.step is not None else ""
+            raise RewardError(f"task {self.task.name!r}{where}: {result.error}")
+        return result
+
+    def _finish(self, meta: dict[str, Any]) -> BaseTextEnvStepOutput:
+        """End the agent phase, run the verifier, and return the final step (or raise)."""
+        result = self._verify(last=True)
         meta.update(
             verifier={
                 "reward": result.reward,
@@ -266,14 +289,96 @@ class TerminalEnv(BaseTextEnv):
             truncated=not self.submitted,
         )
 
+    def _finish_step(self, meta: dict[str, Any], *, out_of_turns: bool) -> BaseTextEnvStepOutput:
+        """End the current step of a multi-step task: verify it, then begin the next step (its
+        instruction is the observation) or end the episode with the task's reward."""
+        assert self.trial is not None
+        steps = self.task.steps
+        step = steps[self.step_index]
+        last = out_of_turns or self.step_index == len(steps) - 1
+        result = self._verify(last=last)
+        self.step_results.append((step.name, result))
+        gate = None if last else step.config.gate_failure(result.metrics)
+        unreached = len(steps) - 1 - self.step_index if out_of_turns else 0
+        if unreached:
+            meta["stopped"] = f"the episode's max_turns={self.max_turns} ran out in step {step.name!r}"
+        meta["step"] = {
+            "name": step.name,
+            "index": self.step_index,
+            "reward": result.reward,
+            "metrics": dict(result.metrics),
+            "submitted": self.submitted,
+        }
+        if last or gate is not None:
+            if gate is not None:
+                meta["stopped"] = gate
+                self.trial.close()  # no later step runs in it
+            combined = self._combine(unreached)
+            meta.update(
+                verifier={"reward": combined.reward, "metrics": dict(combined.metrics)},
+                timings=self.timings(),
+            )
+            turn_reward, self._given = float(combined.reward) - self._given, float(combined.reward)  # type: ignore[arg-type]
+            return BaseTextEnvStepOutput(
+                observations=[], reward=turn_reward, done=True, metadata=meta, truncated=not self.submitted
+            )
+        share = (
+            float(result.reward) / len(steps)
+            if self.task.config.reward_strategy is RewardStrategy.MEAN
+            else 0.0
+        )  # type: ignore[arg-type]
+        self._given += share
+        self.step_index += 1
+        self.submitted = self.out_of_time = False
+        following = steps[self.step_index]
+        self.trial.begin_step(following)
+        content = (
+            f"Step {self.step_index} of {len(steps)} is done and has been checked. "
+            f"Step {self.step_index + 1} of {len(steps)}:\n\n{following.instruction}"
+        )
+        return BaseTextEnvStepOutput(
+            observations=[{"role": "user", "content": content}], reward=share, done=False, metadata=meta
+        )
+
+    def _combine(self, unreached: int = 0) -> VerifierResult:
+        """The task's result from its steps' (all of which have a reward), kept as
+        :attr:`verifier`. ``unreached`` steps (the episode's turns ran out before them) count as
+        reward 0: stopping early must not pay more than trying the next step."""
+        reward, metrics = combine_steps(
+            [(float(r.reward), r.metrics) for _, r in self.step_results]  # type: ignore[arg-type]
+            + [(0.0, {})] * unreached,
+            self.task.config.reward_strategy,
+        )
+        last = self.step_results[-1][1]
+        self.verifier = VerifierResult(
+            reward,
+            metrics,
+            exit_code=last.exit_code,
+            seconds=sum(r.seconds for _, r in self.step_results),
+            output=last.output,
+        )
+        self._concluded = True
+        return self.verifier
+
     def finish(self) -> VerifierResult:
         """End the agent phase now and run the verifier (for runners that stop an agent from the
-        outside); returns the result, error included, without raising for a bad reward."""
+        outside); returns the result, error included, without raising for a bad reward. In a
+        multi-step task the current step is the last one run."""
         if self.trial is None:
             raise TrialError("finish() before init()")
-        if self.verifier is None:
+        if self.task.steps:
+            if not self._concluded:
+                self.trial.end_agent_phase()
+                result = self.trial.verify(last=True)
+                if not result.ok:
+                    self.verifier = result
+                    return result
+                self.step_results.append((self.task.steps[self.step_index].name, result))
+                self._combine()
+        elif self.verifier is None:
             self.trial.end_agent_phase()
             self.verifier = self.trial.verify()
+        assert self.verifier is not None
         return self.verifier
 
     # ------------------------------------------------------------------ metrics, close
@@ -290,6 +395,9 @@ class TerminalEnv(BaseTextEnv):
         }
         if result is not None and result.ok:
             metrics.update({f"verifier/{k}": v for k, v in result.metrics.items()})
+        if self.task.steps:
+            metrics["steps_run"] = len(self.step_results)
+            metrics.update({f"step/{name}/reward": r.reward for name, r in self.step_results})
         return metrics
 
     def timings(self) -> dict[str, float]:

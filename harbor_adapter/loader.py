@@ -31,9 +31,12 @@ from harbor_adapter.types import (
     AgentSection,
     ArtifactSpec,
     EnvironmentSection,
+    HarborStep,
     HarborTask,
     NetworkMode,
+    RewardStrategy,
     SolutionSection,
+    StepConfig,
     TaskConfig,
     VerifierMode,
     VerifierSection,
@@ -175,9 +178,7 @@ def parse_task_config(data: Mapping[str, Any], where: Path = Path("task.toml")) 
     Raises :class:`TaskConfigError` for unknown keys (with a "did you mean") and values of the
     wrong type, :class:`UnsupportedTaskError` for what this adapter cannot run."""
     _check_keys(data, "", where)
-    ignored = [k for k in ("source", "multi_step_reward_strategy") if k in data]
-    if data.get("steps"):
-        raise UnsupportedTaskError(f"{where}: multi-step tasks ([[steps]]) are not supported yet")
+    ignored = [k for k in ("source",) if k in data]
     task_table = _table(data, "task", where)
     tables = {name: _table(data, name, where) for name in ("agent", "verifier", "environment", "solution")}
     for name, table in tables.items():
@@ -255,7 +256,20 @@ def parse_task_config(data: Mapping[str, Any], where: Path = Path("task.toml")) 
     if not isinstance(metadata, Mapping):
         raise TaskConfigError(f"{where}: [metadata] must be a table")
     version = data.get("schema_version", data.get("version", "1.0"))
+    steps = _steps(data.get("steps") or [], agent_section, verifier_section, where)
+    strategy = data.get("multi_step_reward_strategy")
+    if strategy is not None and not steps:
+        raise TaskConfigError(f"{where}: multi_step_reward_strategy is only for tasks with [[steps]]")
+    ignored += [
+        f"steps.{s.get('name')}.healthcheck"
+        for s in data.get("steps") or []
+        if isinstance(s, Mapping) and "healthcheck" in s
+    ]
     return TaskConfig(
+        steps=steps,
+        reward_strategy=RewardStrategy.MEAN
+        if strategy is None
+        else _choice(RewardStrategy, strategy, "multi_step_reward_strategy", where),
         artifacts=_artifacts(data.get("artifacts", []), where),
         agent=agent_section,
         verifier=verifier_section,
@@ -336,6 +350,133 @@ def _artifacts(value: Any, where: Path) -> tuple[ArtifactSpec, ...]:
     return tuple(out)
 
 
+_STEP_KEYS = {"name", "agent", "verifier", "min_reward", "healthcheck", "artifacts"}
+#: A step's folder name: portable on every file system, no path parts.
+_STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def _min_reward(value: Any, at: str, where: Path) -> float | dict[str, float] | None:
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        if not value:
+            raise TaskConfigError(f"{at}: min_reward table is empty")
+        return {str(k): _number(v, f"{at}.min_reward.{k}", where) for k, v in value.items()}
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TaskConfigError(f"{at}: min_reward must be a number or a table of numbers, got {value!r}")
+    return float(value)
+
+
+def _steps(value: Any, agent: AgentSection, verifier: VerifierSection, where: Path) -> tuple[StepConfig, ...]:
+    """``[[steps]]``: each step's section over the task's (a key the step leaves out keeps the
+    task's value). A step-level ``user`` other than the task's is refused: one container runs
+    every step, and its user is set when it starts."""
+    if not isinstance(value, list):
+        raise TaskConfigError(f"{where}: steps must be an array of tables ([[steps]])")
+    out: list[StepConfig] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(value):
+        at = f"{where}: steps[{i}]"
+        if not isinstance(raw, Mapping):
+            raise TaskConfigError(f"{at} must be a table")
+        unknown = sorted(set(raw) - _STEP_KEYS)
+        if unknown:
+            raise TaskConfigError(
+                f"{at} has unknown key(s) {unknown}; known: {sorted(_STEP_KEYS)}."
+                + did_you_mean(unknown[0], _STEP_KEYS)
+            )
+        name = raw.get("name")
+        if not isinstance(name, str) or not _STEP_NAME.match(name):
+            raise TaskConfigError(
+                f"{at}.name must be a folder name under steps/ (letters, digits, '.', '_', '-'), got {name!r}"
+            )
+        if name.casefold() in seen:
+            raise TaskConfigError(f"{at}: step names must be unique (ignoring case); {name!r} repeats")
+        seen.add(name.casefold())
+        step_agent = _table(raw, "agent", where)
+        step_verifier = _table(raw, "verifier", where)
+        for section, table, base in (
+            ("agent", step_agent, agent.user),
+            ("verifier", step_verifier, verifier.user),
+        ):
+            if table.get("user") is not None and table["user"] != base:
+                raise UnsupportedTaskError(
+                    f"{at}: [steps.{section}].user={table['user']!r} differs from the task's; every step runs "
+                    f"in one container as one user here. Set [{section}].user for the whole task instead"
+                )
+        try:
+            step_agent_section = AgentSection(
+                timeout_sec=_number(step_agent["timeout_sec"], f"steps[{i}].agent.timeout_sec", where)
+                if step_agent.get("timeout_sec") is not None
+                else agent.timeout_sec,
+                user=agent.user,
+            )
+            step_verifier_section = None
+            if step_verifier:
+                mode = _verifier_environment(step_verifier, where)
+                step_verifier_section = VerifierSection(
+                    timeout_sec=_number(
+                        step_verifier["timeout_sec"], f"steps[{i}].verifier.timeout_sec", where
+                    )
+                    if step_verifier.get("timeout_sec") is not None
+                    else verifier.timeout_sec,
+                    env={
+                        **verifier.env,
+                        **_string_map(step_verifier.get("env", {}), f"steps[{i}].verifier.env", where),
+                    },
+                    user=verifier.user,
+                    environment_mode=mode.get("environment_mode"),
+                    docker_image=mode.get("docker_image") or verifier.docker_image,
+                )
+        except ConfigError as exc:
+            if isinstance(exc, HarborTaskError):
+                raise
+            raise TaskConfigError(f"{at}: {exc}") from None
+        out.append(
+            StepConfig(
+                name=name,
+                agent=step_agent_section,
+                verifier=step_verifier_section,
+                min_reward=_min_reward(raw.get("min_reward"), at, where),
+                artifacts=_artifacts(raw.get("artifacts", []), where),
+            )
+        )
+    return tuple(out)
+
+
+def _load_steps(root: Path, config: TaskConfig) -> tuple[HarborStep, ...]:
+    """Each step's folder, instruction and verifier, checked."""
+    steps = []
+    for cfg in config.steps:
+        path = root / "steps" / cfg.name
+        instruction_path = path / "instruction.md"
+        if not instruction_path.is_file():
+            raise TaskFileMissingError(f"{root}: step {cfg.name!r} has no steps/{cfg.name}/instruction.md")
+        instruction = _strip_canary(instruction_path.read_text(encoding="utf-8")).strip()
+        if not instruction:
+            raise HarborTaskError(f"{instruction_path} is empty; write the step for the agent there")
+        step = HarborStep(cfg, path, instruction)
+        if not (step.tests_dir / "test.sh").is_file() and not (root / "tests" / "test.sh").is_file():
+            raise TaskFileMissingError(
+                f"{root}: step {cfg.name!r} has no verifier: neither steps/{cfg.name}/tests/test.sh nor tests/test.sh"
+            )
+        if step.setup_script.exists() and not step.setup_script.is_file():
+            raise TaskConfigError(f"{step.setup_script} must be a file")
+        steps.append(step)
+    extra = (
+        sorted(
+            p.name
+            for p in (root / "steps").iterdir()
+            if p.is_dir() and p.name not in {c.name for c in config.steps}
+        )
+        if (root / "steps").is_dir()
+        else []
+    )
+    if extra:
+        raise TaskConfigError(f"{root}: steps/ has folders no [[steps]] table names: {extra}")
+    return tuple(steps)
+
+
 def _strip_canary(text: str) -> str:
     lines = text.split("\n")
     i = 0
@@ -364,17 +505,21 @@ def load_task(path: str | Path) -> HarborTask:
     except UnicodeDecodeError:
         raise TaskConfigError(f"{toml_path}: not UTF-8 text") from None
     config = parse_task_config(data, toml_path)
-    instruction_path = root / "instruction.md"
-    if not instruction_path.is_file():
-        raise TaskFileMissingError(f"{root}: no instruction.md (what the agent is asked to do)")
-    instruction = _strip_canary(instruction_path.read_text(encoding="utf-8")).strip()
-    if not instruction:
-        raise HarborTaskError(f"{instruction_path} is empty; write the task for the agent there")
-    if not (root / "tests" / "test.sh").is_file():
-        raise TaskFileMissingError(
-            f"{root}: no tests/test.sh (the verifier; it writes /logs/verifier/reward.txt or reward.json)"
-        )
-    task = HarborTask(root, config.name or root.name, config, instruction)
+    steps = _load_steps(root, config)
+    if steps:  # a multi-step task: the root instruction.md, if any, is never sent (as in Harbor)
+        instruction = steps[0].instruction
+    else:
+        instruction_path = root / "instruction.md"
+        if not instruction_path.is_file():
+            raise TaskFileMissingError(f"{root}: no instruction.md (what the agent is asked to do)")
+        instruction = _strip_canary(instruction_path.read_text(encoding="utf-8")).strip()
+        if not instruction:
+            raise HarborTaskError(f"{instruction_path} is empty; write the task for the agent there")
+        if not (root / "tests" / "test.sh").is_file():
+            raise TaskFileMissingError(
+                f"{root}: no tests/test.sh (the verifier; it writes /logs/verifier/reward.txt or reward.json)"
+            )
+    task = HarborTask(root, config.name or root.name, config, instruction, steps)
     if task.compose_file is not None and task.dockerfile is not None:  # the main service only
         task = dataclasses.replace(
             task,

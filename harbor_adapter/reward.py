@@ -4,17 +4,22 @@
 "tests_passed": 3}``) or a bare number. Otherwise ``/logs/verifier/reward.txt``: one number.
 A missing, empty, non-numeric, NaN or infinite value raises :class:`RewardError`; it is never
 read as 0. The reward of a ``reward.json`` with several values is its ``reward`` key.
+
+A multi-step task's reward follows from its steps' (:func:`combine_steps`): their mean (per
+key; a key a step lacks counts 0) or the last step's, over the steps that ran.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harbor_adapter.errors import RewardError
+from harbor_adapter.types import RewardStrategy
 
-__all__ = ["parse_reward", "REWARD_JSON", "REWARD_TXT", "VERIFIER_DIR"]
+__all__ = ["parse_reward", "combine_steps", "REWARD_JSON", "REWARD_TXT", "VERIFIER_DIR"]
 
 VERIFIER_DIR = "/logs/verifier"
 REWARD_JSON = f"{VERIFIER_DIR}/reward.json"
@@ -64,3 +69,20 @@ def parse_reward(json_bytes: bytes | None, txt_bytes: bytes | None) -> tuple[flo
         value = _finite(value, REWARD_TXT)
         return value, {"reward": value}
     raise RewardError(f"no reward file: the verifier wrote neither {REWARD_JSON} nor {REWARD_TXT}")
+
+
+def combine_steps(
+    steps: Sequence[tuple[float, Mapping[str, float]]], strategy: RewardStrategy
+) -> tuple[float, dict[str, float]]:
+    """The task's reward and metrics from its steps' ``(reward, metrics)``, in order, by
+    ``strategy``: ``final`` takes the last step's, ``mean`` averages over the steps (each metric
+    key over every step, a step without it counting 0)."""
+    if not steps:
+        raise RewardError("no step of the task has a reward")
+    if strategy is RewardStrategy.FINAL:
+        reward, metrics = steps[-1]
+        return reward, dict(metrics)
+    n = len(steps)
+    keys = sorted({k for _, metrics in steps for k in metrics})
+    metrics = {k: sum(m.get(k, 0.0) for _, m in steps) / n for k in keys}
+    return sum(r for r, _ in steps) / n, metrics

@@ -27,6 +27,13 @@ container at all: the daemon reads each artifact out of it (``/logs/artifacts`` 
 the verifier's image (the task's own unless ``[verifier.environment].docker_image``), the
 artifacts are put back at their paths, and the same steps run there. A binary the agent replaced
 (``python3``, ``grep``, the test runner) is not in that container.
+
+A multi-step task walks its steps in the one container: :meth:`Trial.begin_step` copies the
+step's ``workdir/`` into the working directory and runs its ``setup.sh`` (after clearing what a
+shared verifier of the step before left in ``/tests`` and ``/logs/verifier``) and restarts the
+agent clock with the step's budget; :meth:`Trial.verify` runs the step's verifier (the task's
+``tests/`` with the step's ``tests/`` copied over them). A separate verifier of a step that is
+not the last runs in a container of its own, removed after it; the agent's container goes on.
 """
 
 from __future__ import annotations
@@ -42,7 +49,15 @@ import time
 from harbor_adapter.errors import RewardError, TrialError, TrialTimeoutError
 from harbor_adapter.images import ensure_image, image_workdir
 from harbor_adapter.reward import REWARD_JSON, REWARD_TXT, VERIFIER_DIR, parse_reward
-from harbor_adapter.types import ArtifactSpec, HarborTask, TrialSettings, VerifierMode, VerifierResult
+from harbor_adapter.types import (
+    ArtifactSpec,
+    HarborStep,
+    HarborTask,
+    TrialSettings,
+    VerifierMode,
+    VerifierResult,
+    VerifierSection,
+)
 from skyrl_gym.errors import SandboxError, SandboxTimeoutError
 from skyrl_gym.sandbox import make_sandbox
 from skyrl_gym.sandbox._dockerlib import docker_module
@@ -61,6 +76,7 @@ ARTIFACT_MAX_BYTES = 256 * 1024 * 1024
 _PREPARE = f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} {TESTS_DIR}"
 # an agent command runs in bash where the image has it, else in sh
 _SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; else exec sh -c "$1"; fi'
+_SETUP = 'if command -v bash >/dev/null 2>&1; then exec bash "$1" 2>&1; else exec sh "$1" 2>&1; fi'
 #: Largest verifier file read back (reward files, the test output).
 _READ_MAX = 1024 * 1024
 
@@ -84,20 +100,31 @@ class Trial:
         self.agent_started: float | None = None
         self.agent_ended: float | None = None
         self.commands = 0
+        self.step: HarborStep | None = None
         self._closed = False
+        self._tests_left = False  # a shared verifier ran: /tests and /logs/verifier hold its files
 
     # -- budgets -------------------------------------------------------------------------------
     @property
     def agent_budget_s(self) -> float:
-        """Seconds the agent phase may take."""
+        """Seconds the agent phase (of the current step) may take."""
         if self.settings.agent_timeout_s is not None:
             return self.settings.agent_timeout_s
+        if self.step is not None:
+            return self.step.config.agent.budget_s
         return self.task.config.agent.budget_s
+
+    @property
+    def verifier(self) -> VerifierSection:
+        """The ``[verifier]`` that applies now: the current step's, else the task's."""
+        if self.step is not None and self.step.config.verifier is not None:
+            return self.step.config.verifier
+        return self.task.config.verifier
 
     @property
     def verifier_timeout_s(self) -> float:
         """Deadline of ``tests/test.sh``."""
-        return self.settings.verifier_timeout_s or self.task.config.verifier.timeout_sec
+        return self.settings.verifier_timeout_s or self.verifier.timeout_sec
 
     def agent_time_left(self) -> float:
         """Seconds left of the agent phase (its clock starts when the container is up)."""
@@ -109,11 +136,20 @@ class Trial:
     def limits(self) -> SandboxLimits:
         """The container's limits, from ``[environment]`` and the settings."""
         env = self.task.config.environment
+        phases = self.agent_budget_s + self.verifier_timeout_s
+        if self.task.steps:
+            phases = 0.0
+            for step in self.task.steps:
+                verifier = step.config.verifier or self.task.config.verifier
+                phases += (
+                    (self.settings.agent_timeout_s or step.config.agent.budget_s)
+                    + (self.settings.verifier_timeout_s or verifier.timeout_sec)
+                    + 60.0
+                )
         life = (
             (self.settings.build_timeout_s or env.build_timeout_sec)
             + self.settings.start_timeout_s
-            + self.agent_budget_s
-            + self.verifier_timeout_s
+            + phases
             + 300
         )
         storage = env.storage_mb * MiB if env.storage_mb else 4096 * MiB
@@ -173,8 +209,43 @@ class Trial:
 
     @property
     def verifier_mode(self) -> VerifierMode:
-        """Where this trial's verifier runs (the task's mode under the settings)."""
-        return self.task.config.verifier_mode(self.settings.verifier_mode)
+        """Where this trial's (current step's) verifier runs: the task's mode under the settings."""
+        config = self.step.config if self.step is not None else None
+        return self.task.config.verifier_mode(self.settings.verifier_mode, config)
+
+    # -- steps ---------------------------------------------------------------------------------
+    def begin_step(self, step: HarborStep) -> None:
+        """Make ``step`` the current one: clear a shared verifier's leftovers (checked through
+        the daemon), copy the step's ``workdir/`` into the working directory, run its
+        ``setup.sh`` there, and restart the agent clock with the step's budget. A failing
+        ``setup.sh`` is a :class:`TrialError` (the task's fault, never the agent's)."""
+        box = self._box()
+        if self._tests_left:
+            prep = box.exec(["/bin/sh", "-c", _PREPARE], timeout=30, workdir="/")
+            if (
+                prep.timed_out
+                or _daemon_entries(box, VERIFIER_DIR) != []
+                or _daemon_entries(box, TESTS_DIR) != []
+            ):
+                raise TrialError(
+                    f"could not clear the verifier's files before step {step.name!r} of {self.task.name!r}"
+                )
+            self._tests_left = False
+        self.step = step
+        if step.workdir_dir.is_dir():
+            box.upload(step.workdir_dir, self.workdir)
+        if step.setup_script.is_file():
+            setup = box.exec(
+                ["/bin/sh", "-c", _SETUP, "setup", posixpath.join(self.workdir, "setup.sh")],
+                timeout=self.settings.command_timeout_s,
+            )
+            if not setup.ok:
+                why = "ran past its deadline" if setup.timed_out else f"exited {setup.exit_code}"
+                raise TrialError(
+                    f"task {self.task.name!r}, step {step.name!r}: workdir/setup.sh {why}: {setup.stdout[-500:]}"
+                )
+        self.agent_started = time.monotonic()
+        self.agent_ended = None
 
     def close(self) -> None:
         """Remove the container. Idempotent."""
@@ -223,23 +294,36 @@ class Trial:
         return (self.agent_ended or time.monotonic()) - self.agent_started
 
     # -- verifier phase ------------------------------------------------------------------------
-    def verify(self) -> VerifierResult:
-        """Run the verifier once and return its result; a result with ``error`` set when there
-        is no usable reward (never a 0 in its place)."""
+    def verify(self, *, last: bool = True) -> VerifierResult:
+        """Run the verifier (of the current step) once and return its result; a result with
+        ``error`` set when there is no usable reward (never a 0 in its place). ``last=False``
+        (a step other than the last): the agent's container stays for the next step."""
         box = self._box()
         self.end_agent_phase()
         t0 = time.monotonic()
         if self.verifier_mode is VerifierMode.SEPARATE:
-            box = self._separate_verifier(box)
-        else:
-            # Every process the agent started dies: the daemon restarts the container (its files
-            # stay). A background writer cannot touch the reward afterwards.
+            if last:
+                box = self._separate_verifier(box)
+                return self._run_tests(box, t0)
+            verifier_box = self._separate_verifier(box, keep_agent=True)
             try:
-                box.container.restart(timeout=0)
-            except Exception as exc:  # noqa: BLE001 - the daemon's error types vary
-                raise TrialError(
-                    f"could not restart {self.task.name!r}'s container for the verifier: {exc}"
-                ) from exc
+                return self._run_tests(verifier_box, t0)
+            finally:
+                verifier_box.close()
+        # Every process the agent started dies: the daemon restarts the container (its files
+        # stay). A background writer cannot touch the reward afterwards.
+        try:
+            box.container.restart(timeout=0)
+        except Exception as exc:  # noqa: BLE001 - the daemon's error types vary
+            raise TrialError(
+                f"could not restart {self.task.name!r}'s container for the verifier: {exc}"
+            ) from exc
+        self._tests_left = True
+        return self._run_tests(box, t0)
+
+    def _run_tests(self, box: DockerSandbox, t0: float) -> VerifierResult:
+        """Empty the verifier's folders (checked through the daemon), copy the tests in (the
+        task's ``tests/``, then the step's over them), run ``test.sh`` and read the reward."""
         prep = box.exec(["/bin/sh", "-c", _PREPARE], timeout=30, workdir="/")
         # checked through the daemon, not the container's own (replaceable) tools
         if (
@@ -250,7 +334,10 @@ class Trial:
             raise TrialError(
                 f"could not empty {VERIFIER_DIR} and {TESTS_DIR} in {self.task.name!r}: {prep.stderr[-500:]}"
             )
-        box.upload(self.task.tests_dir, TESTS_DIR)
+        if self.task.tests_dir.is_dir():
+            box.upload(self.task.tests_dir, TESTS_DIR)
+        if self.step is not None and self.step.tests_dir.is_dir():
+            box.upload(self.step.tests_dir, TESTS_DIR)
         run = box.exec(
             [
                 "/bin/sh",
@@ -258,7 +345,7 @@ class Trial:
                 f"chmod +x {TESTS_DIR}/test.sh; {TESTS_DIR}/test.sh > {VERIFIER_DIR}/test-stdout.txt 2>&1",
             ],
             timeout=self.verifier_timeout_s,
-            env=dict(self.task.config.verifier.env),
+            env=dict(self.verifier.env),
         )
         try:
             output = _daemon_read(box, f"{VERIFIER_DIR}/test-stdout.txt") or b""
@@ -281,29 +368,38 @@ class Trial:
             return VerifierResult(None, error=str(exc), exit_code=run.exit_code, seconds=seconds, output=tail)
         return VerifierResult(reward, metrics, exit_code=run.exit_code, seconds=seconds, output=tail)
 
-    def _separate_verifier(self, agent_box: DockerSandbox) -> DockerSandbox:
-        """Carry the artifacts out of the agent's container, remove it, and start the verifier's
-        container with the artifacts at their paths; the new container becomes the trial's."""
-        specs = [
-            ArtifactSpec(ARTIFACTS_DIR),
-            *(a for a in self.task.config.artifacts if a.source != ARTIFACTS_DIR),
-        ]
+    def _separate_verifier(self, agent_box: DockerSandbox, *, keep_agent: bool = False) -> DockerSandbox:
+        """Carry the artifacts out of the agent's container and start the verifier's container
+        with the artifacts at their paths. Unless ``keep_agent``, the agent's container is
+        removed first and the new one becomes the trial's; otherwise the caller closes it."""
+        step_artifacts = self.step.config.artifacts if self.step is not None else ()
+        specs = [ArtifactSpec(ARTIFACTS_DIR)]
+        for spec in (*self.task.config.artifacts, *step_artifacts):
+            if spec.source not in {s.source for s in specs}:
+                specs.append(spec)
         carried = [(spec.source, _collect_artifact(agent_box, spec)) for spec in specs]
-        self.sandbox = None
-        agent_box.close()  # the agent's processes and files go with it
-        image = self.task.config.verifier.docker_image or self.image
+        if not keep_agent:
+            self.sandbox = None
+            agent_box.close()  # the agent's processes and files go with it
+        image = self.verifier.docker_image or self.image
         assert image is not None
-        box = self._start_container(image, self.task.config.verifier.user, phase="verifier")
-        self.sandbox = box
-        for source, data in carried:
-            if data is None:
-                continue
-            parent = posixpath.dirname(source) or "/"
-            made = box.exec(["mkdir", "-p", parent], timeout=30, workdir="/")
-            if not made.ok or not box.container.put_archive(parent, data):
-                raise TrialError(
-                    f"could not put artifact {source} into {self.task.name!r}'s verifier container"
-                )
+        box = self._start_container(image, self.verifier.user, phase="verifier")
+        if not keep_agent:
+            self.sandbox = box
+        try:
+            for source, data in carried:
+                if data is None:
+                    continue
+                parent = posixpath.dirname(source) or "/"
+                made = box.exec(["mkdir", "-p", parent], timeout=30, workdir="/")
+                if not made.ok or not box.container.put_archive(parent, data):
+                    raise TrialError(
+                        f"could not put artifact {source} into {self.task.name!r}'s verifier container"
+                    )
+        except BaseException:
+            if keep_agent:  # not the trial's container: nothing else would remove it
+                box.close()
+            raise
         return box
 
 

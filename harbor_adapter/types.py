@@ -9,6 +9,15 @@ A Harbor task is a directory::
     tests/test.sh          # the verifier: writes /logs/verifier/reward.json or reward.txt
     solution/solve.sh      # the oracle
 
+A multi-step task (``[[steps]]`` in ``task.toml``) replaces the root ``instruction.md``,
+``tests/`` and ``solution/`` with one folder per step, walked in order in one container::
+
+    steps/<name>/instruction.md     # the step's instruction (an observation when it begins)
+    steps/<name>/tests/test.sh      # the step's verifier, over the task's tests/ (optional)
+    steps/<name>/solution/solve.sh  # the step's oracle (optional: the task's solution/)
+    steps/<name>/workdir/           # copied into the working directory as the step begins;
+                                    # its setup.sh runs then (optional)
+
 The field names follow Harbor's own ``TaskConfig`` (schema 1.x); keys Harbor knows but this
 adapter does not act on are accepted and kept in ``ignored``.
 """
@@ -27,6 +36,9 @@ from skyrl_gym.errors import ConfigError
 __all__ = [
     "NetworkMode",
     "VerifierMode",
+    "RewardStrategy",
+    "StepConfig",
+    "HarborStep",
     "ArtifactSpec",
     "AgentSection",
     "VerifierSection",
@@ -119,6 +131,46 @@ class VerifierSection:
         _positive("[verifier].timeout_sec", self.timeout_sec)
 
 
+class RewardStrategy(StrEnum):
+    """How a multi-step task's reward follows from its steps' (``multi_step_reward_strategy``)."""
+
+    MEAN = "mean"
+    """The mean over the steps that ran, per reward key (a key a step lacks counts 0); Harbor's
+    default."""
+    FINAL = "final"
+    """The last step that ran."""
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """One ``[[steps]]`` table: a step's name, budgets and gate."""
+
+    name: str
+    """The step's folder under ``steps/``."""
+    agent: AgentSection = field(default_factory=AgentSection)
+    """``[steps.agent]``: ``timeout_sec`` is the step's agent budget (the task's when unset)."""
+    verifier: VerifierSection | None = None
+    """``[steps.verifier]``; None keeps the task's ``[verifier]``. Its unset keys take the
+    task's values (the loader fills them in)."""
+    min_reward: float | Mapping[str, float] | None = None
+    """Stop after this step when its reward is below this (a number gates ``reward``; a table
+    gates each named key, a missing key failing)."""
+    artifacts: tuple[ArtifactSpec, ...] = ()
+    """More artifacts for this step's separate verifier (besides the task's)."""
+
+    def gate_failure(self, metrics: Mapping[str, float]) -> str | None:
+        """Why ``metrics`` (the step's reward values) miss :attr:`min_reward`; None when they
+        pass or there is no gate."""
+        if self.min_reward is None:
+            return None
+        gates = {"reward": self.min_reward} if isinstance(self.min_reward, (int, float)) else self.min_reward
+        for key, floor in gates.items():
+            value = metrics.get(key, float("-inf"))
+            if value < floor:
+                return f"step {self.name!r}: {key}={value:g} is below min_reward {floor:g}"
+        return None
+
+
 @dataclass(frozen=True)
 class EnvironmentSection:
     """``[environment]``: the container."""
@@ -199,17 +251,24 @@ class TaskConfig:
     artifacts: tuple[ArtifactSpec, ...] = ()
     """``artifacts``: what a separate verifier gets from the agent's container (besides
     ``/logs/artifacts``, which it always gets)."""
+    steps: tuple[StepConfig, ...] = ()
+    """``[[steps]]``, in order; empty for a single-step task."""
+    reward_strategy: RewardStrategy = RewardStrategy.MEAN
+    """``multi_step_reward_strategy`` (multi-step tasks only)."""
 
-    def verifier_mode(self, setting: str = "auto") -> VerifierMode:
+    def verifier_mode(self, setting: str = "auto", step: StepConfig | None = None) -> VerifierMode:
         """Where the verifier runs under :attr:`TrialSettings.verifier_mode` ``setting``:
         ``shared``/``separate`` force it; ``auto`` takes the task's stated mode, else
         ``separate`` when the task declares artifacts (the files its tests read), else
-        ``shared``."""
+        ``shared``. A step's own ``[steps.verifier].environment_mode`` comes before the task's."""
         if setting != "auto":
             return VerifierMode(setting)
+        if step is not None and step.verifier is not None and step.verifier.environment_mode is not None:
+            return step.verifier.environment_mode
         if self.verifier.environment_mode is not None:
             return self.verifier.environment_mode
-        return VerifierMode.SEPARATE if self.artifacts else VerifierMode.SHARED
+        artifacts = self.artifacts or (step.artifacts if step is not None else ())
+        return VerifierMode.SEPARATE if artifacts else VerifierMode.SHARED
 
 
 @dataclass(frozen=True)
@@ -253,6 +312,43 @@ class TrialSettings:
 
 
 @dataclass(frozen=True)
+class HarborStep:
+    """One loaded step of a multi-step task."""
+
+    config: StepConfig
+    """Its ``[[steps]]`` table."""
+    path: Path
+    """``steps/<name>/`` (absolute)."""
+    instruction: str
+    """``steps/<name>/instruction.md`` (canary lines removed)."""
+
+    @property
+    def name(self) -> str:
+        """The step's name."""
+        return self.config.name
+
+    @property
+    def tests_dir(self) -> Path:
+        """``steps/<name>/tests/``: copied over the task's ``tests/`` for this step's verifier."""
+        return self.path / "tests"
+
+    @property
+    def solution_dir(self) -> Path:
+        """``steps/<name>/solution/``: this step's oracle."""
+        return self.path / "solution"
+
+    @property
+    def workdir_dir(self) -> Path:
+        """``steps/<name>/workdir/``: copied into the working directory when the step begins."""
+        return self.path / "workdir"
+
+    @property
+    def setup_script(self) -> Path:
+        """``steps/<name>/workdir/setup.sh``: run (from the working directory) before the step."""
+        return self.workdir_dir / "setup.sh"
+
+
+@dataclass(frozen=True)
 class HarborTask:
     """One loaded, validated Harbor task directory."""
 
@@ -263,7 +359,10 @@ class HarborTask:
     config: TaskConfig
     """The parsed ``task.toml``."""
     instruction: str
-    """``instruction.md`` (leading canary comment lines removed, as Harbor does)."""
+    """``instruction.md`` (leading canary comment lines removed, as Harbor does); a multi-step
+    task's first step's instruction."""
+    steps: tuple[HarborStep, ...] = ()
+    """The steps of a multi-step task, in order; empty otherwise."""
 
     @property
     def environment_dir(self) -> Path:

@@ -20,7 +20,7 @@ READ_TASKS = """
 import json, sys, warnings
 warnings.simplefilter("error", DeprecationWarning)   # no deprecated keys in our tasks
 from harbor.models.task.task import Task
-from harbor.models.task.verifier_mode import resolve_task_verifier_mode
+from harbor.models.task.verifier_mode import resolve_step_verifier_mode, resolve_task_verifier_mode
 out = {}
 for d in sys.argv[1:]:
     t = Task(d)
@@ -33,6 +33,17 @@ for d in sys.argv[1:]:
         "instruction": t.instruction.strip(), "has_solution": t.paths.solve_path.exists(),
         "verifier_mode": resolve_task_verifier_mode(c).value,
         "artifacts": [a if isinstance(a, str) else a.source for a in c.artifacts],
+        "strategy": c.multi_step_reward_strategy.value if c.multi_step_reward_strategy else None,
+        "steps": [
+            {
+                "name": s.name, "instruction": t.step_instruction(s.name).strip(),
+                "agent_timeout": s.agent.timeout_sec, "verifier_timeout": s.verifier.timeout_sec,
+                "min_reward": s.min_reward, "verifier_mode": resolve_step_verifier_mode(c, s).value,
+                "artifacts": [a if isinstance(a, str) else a.source for a in s.artifacts],
+                "has_solution": t.paths.step_solution_dir(s.name).exists(),
+            }
+            for s in c.steps or []
+        ],
     }
 print(json.dumps(out))
 """
@@ -62,14 +73,35 @@ def test_harbor_loads_our_tasks_like_we_do(harbor_python):
         assert (h["build_timeout"], h["cpus"], h["memory_mb"]) == (e.build_timeout_sec, e.cpus, e.memory_mb)
         assert h["storage_mb"] == e.storage_mb and h["docker_image"] == e.docker_image
         assert h["network_mode"] == e.network_mode.value == "no-network"
-        assert h["instruction"] == ours[name].instruction and h["has_solution"]
         assert h["artifacts"] == [a.source for a in c.artifacts]
+        if c.steps:  # Harbor sends no root instruction; ours is the first step's
+            assert h["instruction"] == "" and ours[name].instruction == ours[name].steps[0].instruction
+            assert h["strategy"] == c.reward_strategy.value
+            _same_steps(h, ours[name])
+            continue
+        assert h["instruction"] == ours[name].instruction and h["has_solution"]
         # where the task states its verifier mode, both read the same; a task that states none
         # but declares artifacts runs separately here (Harbor would share the container)
         stated = c.verifier.environment_mode
         assert h["verifier_mode"] == (stated.value if stated else "shared")
         assert c.verifier_mode() == (stated or ("separate" if c.artifacts else "shared"))
     assert any(t.config.verifier_mode() == "separate" for t in ours.values())  # word-report
+    assert any(t.steps for t in ours.values())  # order-steps
+
+
+def _same_steps(h: dict, task) -> None:
+    """Harbor reads a multi-step task's steps as we do."""
+    assert [s["name"] for s in h["steps"]] == [s.name for s in task.steps]
+    for theirs, step in zip(h["steps"], task.steps, strict=True):
+        cfg = step.config
+        assert theirs["instruction"] == step.instruction and theirs["has_solution"]
+        # a step without its own agent budget has the task's, in both
+        assert (theirs["agent_timeout"] or h["agent_timeout"]) == cfg.agent.timeout_sec
+        assert cfg.verifier is not None, f"{step.name}: bundled steps state their verifier timeout"
+        assert theirs["verifier_timeout"] == cfg.verifier.timeout_sec
+        assert theirs["min_reward"] == cfg.min_reward
+        assert theirs["artifacts"] == [a.source for a in cfg.artifacts]
+        assert theirs["verifier_mode"] == task.config.verifier_mode(step=cfg).value
 
 
 def test_harbor_lint_finds_nothing_but_the_shared_verifier_note(harbor_python):

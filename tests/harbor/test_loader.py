@@ -28,7 +28,8 @@ def test_bundled_tasks_load_and_cover_the_kinds():
     categories = {t.config.metadata["category"] for t in tasks}
     assert {"files", "text-processing", "debugging", "data-wrangling", "git", "multi-step"} <= categories
     for task in tasks:
-        assert task.dockerfile is not None and (task.solution_dir / "solve.sh").is_file()
+        solutions = [s.solution_dir for s in task.steps] or [task.solution_dir]
+        assert task.dockerfile is not None and all((d / "solve.sh").is_file() for d in solutions)
         assert task.config.environment.network_mode is NetworkMode.NO_NETWORK
         assert task.config.agent.timeout_sec and task.config.verifier.timeout_sec <= 60
         first = task.dockerfile.read_text().splitlines()[0]
@@ -127,7 +128,11 @@ def test_bad_configs_say_how_to_fix(data, message):
     [
         ({"environment": {"gpus": 1}}, "GPU"),
         ({"environment": {"os": "windows"}}, "only 'linux'"),
-        ({"steps": [{"name": "a"}]}, "multi-step"),
+        ({"steps": [{"name": "a", "agent": {"user": "bob"}}]}, r"\[steps.agent\].user='bob' differs"),
+        (
+            {"verifier": {"user": "x"}, "steps": [{"name": "a", "verifier": {"user": "y"}}]},
+            "Set \\[verifier\\].user",
+        ),
     ],
 )
 def test_unsupported(data, message):
@@ -264,3 +269,102 @@ def test_artifacts_and_the_verifier_mode():
 def test_bad_artifacts_and_verifier_modes_say_what_is_wrong(data, message):
     with pytest.raises(TaskConfigError, match=message):
         parse_task_config(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"steps": {"name": "a"}}, r"array of tables \(\[\[steps\]\]\)"),
+        ({"steps": [{"name": "../up"}]}, "folder name under steps/"),
+        ({"steps": [{"name": "a"}, {"name": "A"}]}, "unique"),
+        ({"steps": [{"name": "a", "min_rewrd": 1}]}, "Did you mean 'min_reward'"),
+        ({"steps": [{"name": "a", "min_reward": "high"}]}, "number or a table of numbers"),
+        ({"steps": [{"name": "a", "min_reward": {}}]}, "empty"),
+        ({"steps": [{"name": "a", "agent": {"timeout_sec": -1}}]}, "positive"),
+        ({"steps": [{"name": "a", "verifier": {"timeout": 3}}]}, "Did you mean 'timeout_sec'"),
+        ({"multi_step_reward_strategy": "mean"}, "only for tasks with"),
+        ({"multi_step_reward_strategy": "meen", "steps": [{"name": "a"}]}, "Did you mean 'mean'"),
+    ],
+)
+def test_bad_steps_say_how_to_fix(data, message):
+    with pytest.raises(TaskConfigError, match=message):
+        parse_task_config(data)
+
+
+def test_steps_take_the_task_sections_where_they_say_nothing():
+    from harbor_adapter.types import RewardStrategy, VerifierMode
+
+    cfg = parse_task_config(
+        {
+            "multi_step_reward_strategy": "final",
+            "agent": {"timeout_sec": 50},
+            "verifier": {"timeout_sec": 20, "env": {"A": "1"}},
+            "steps": [
+                {"name": "one", "min_reward": {"reward": 1, "lint": 0.5}},
+                {
+                    "name": "two",
+                    "agent": {"timeout_sec": 5},
+                    "verifier": {"env": {"B": "2"}, "environment_mode": "separate"},
+                },
+            ],
+        }
+    )
+    one, two = cfg.steps
+    assert cfg.reward_strategy is RewardStrategy.FINAL
+    assert (
+        one.agent.budget_s == 50 and one.verifier is None and one.min_reward == {"reward": 1.0, "lint": 0.5}
+    )
+    assert (
+        two.agent.budget_s == 5
+        and two.verifier.timeout_sec == 20
+        and dict(two.verifier.env) == {"A": "1", "B": "2"}
+    )
+    assert (
+        cfg.verifier_mode(step=one) is VerifierMode.SHARED
+        and cfg.verifier_mode(step=two) is VerifierMode.SEPARATE
+    )
+    assert cfg.verifier_mode("shared", step=two) is VerifierMode.SHARED
+    assert one.gate_failure({"reward": 1.0, "lint": 0.7}) is None
+    assert "lint=0.2 is below min_reward 0.5" in one.gate_failure({"reward": 1.0, "lint": 0.2})
+    assert "lint=-inf" in one.gate_failure({"reward": 1.0})  # a gated key the verifier did not write fails
+    assert two.gate_failure({"reward": 0.0}) is None  # no gate
+
+
+def _multi_step(make_task, steps_toml: str, steps: dict[str, dict[str, str]], name: str = "ms"):
+    root = make_task(name, toml='[environment]\ndocker_image = "skyrl-sandbox/minimal:latest"\n' + steps_toml)
+    for name, files in steps.items():
+        for rel, text in files.items():
+            p = root / "steps" / name / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+    return root
+
+
+def test_a_multi_step_task_loads_with_its_steps(make_task):
+    root = _multi_step(
+        make_task,
+        '[[steps]]\nname = "a"\n[[steps]]\nname = "b"\n',
+        {
+            "a": {"instruction.md": "<!-- canary 1 -->\nFirst.\n", "workdir/setup.sh": "true\n"},
+            "b": {"instruction.md": "Second.\n", "tests/test.sh": "echo 1 > /logs/verifier/reward.txt\n"},
+        },
+    )
+    task = load_task(root)
+    assert [s.name for s in task.steps] == ["a", "b"]
+    assert task.instruction == "First." == task.steps[0].instruction  # the root instruction.md is not sent
+    assert task.steps[0].setup_script.is_file() and task.steps[1].tests_dir.is_dir()
+
+
+def test_multi_step_files_are_checked(make_task):
+    toml = '[[steps]]\nname = "a"\n'
+    with pytest.raises(TaskFileMissingError, match="steps/a/instruction.md"):
+        load_task(_multi_step(make_task, toml, {}, "m1"))
+    root = _multi_step(
+        make_task, toml, {"a": {"instruction.md": "Go.\n"}, "stray": {"instruction.md": "x"}}, "m2"
+    )
+    with pytest.raises(TaskConfigError, match=r"no \[\[steps\]\] table names: \['stray'\]"):
+        load_task(root)
+    root = _multi_step(make_task, toml, {"a": {"instruction.md": "Go.\n"}}, "m3")
+    (root / "tests" / "test.sh").unlink()
+    with pytest.raises(TaskFileMissingError, match="neither steps/a/tests/test.sh nor tests/test.sh"):
+        load_task(root)

@@ -48,3 +48,17 @@ def test_bad_rewards_are_errors(json_bytes, txt_bytes, message):
     with pytest.raises(RewardError, match=message) as info:
         parse_reward(json_bytes, txt_bytes)
     assert isinstance(info.value, TrialError) and isinstance(info.value, RuntimeError)
+
+
+def test_steps_combine_by_the_tasks_strategy():
+    from harbor_adapter.reward import combine_steps
+    from harbor_adapter.types import RewardStrategy
+
+    steps = [(1.0, {"reward": 1.0, "lint": 1.0}), (0.5, {"reward": 0.5})]
+    assert combine_steps(steps, RewardStrategy.MEAN) == (
+        0.75,
+        {"lint": 0.5, "reward": 0.75},
+    )  # lint: 0 for step 2
+    assert combine_steps(steps, RewardStrategy.FINAL) == (0.5, {"reward": 0.5})
+    with pytest.raises(RewardError, match="no step"):
+        combine_steps([], RewardStrategy.MEAN)
