@@ -221,15 +221,7 @@ class Trial:
         ``setup.sh`` is a :class:`TrialError` (the task's fault, never the agent's)."""
         box = self._box()
         if self._tests_left:
-            prep = box.exec(["/bin/sh", "-c", _PREPARE], timeout=30, workdir="/")
-            if (
-                prep.timed_out
-                or _daemon_entries(box, VERIFIER_DIR) != []
-                or _daemon_entries(box, TESTS_DIR) != []
-            ):
-                raise TrialError(
-                    f"could not clear the verifier's files before step {step.name!r} of {self.task.name!r}"
-                )
+            self._empty_verifier_dirs(box, f"before step {step.name!r}")
             self._tests_left = False
         self.step = step
         if step.workdir_dir.is_dir():
@@ -321,19 +313,23 @@ class Trial:
         self._tests_left = True
         return self._run_tests(box, t0)
 
-    def _run_tests(self, box: DockerSandbox, t0: float) -> VerifierResult:
-        """Empty the verifier's folders (checked through the daemon), copy the tests in (the
-        task's ``tests/``, then the step's over them), run ``test.sh`` and read the reward."""
+    def _empty_verifier_dirs(self, box: DockerSandbox, when: str) -> None:
+        """Empty ``/logs/verifier`` and ``/tests``, checked through the daemon (not with the
+        container's own, replaceable, tools); a :class:`TrialError` when they stay full."""
         prep = box.exec(["/bin/sh", "-c", _PREPARE], timeout=30, workdir="/")
-        # checked through the daemon, not the container's own (replaceable) tools
         if (
             prep.timed_out
             or _daemon_entries(box, VERIFIER_DIR) != []
             or _daemon_entries(box, TESTS_DIR) != []
         ):
             raise TrialError(
-                f"could not empty {VERIFIER_DIR} and {TESTS_DIR} in {self.task.name!r}: {prep.stderr[-500:]}"
+                f"could not empty {VERIFIER_DIR} and {TESTS_DIR} {when} in {self.task.name!r}: {prep.stderr[-500:]}"
             )
+
+    def _run_tests(self, box: DockerSandbox, t0: float) -> VerifierResult:
+        """Empty the verifier's folders (checked through the daemon), copy the tests in (the
+        task's ``tests/``, then the step's over them), run ``test.sh`` and read the reward."""
+        self._empty_verifier_dirs(box, "for the verifier")
         if self.task.tests_dir.is_dir():
             box.upload(self.task.tests_dir, TESTS_DIR)
         if self.step is not None and self.step.tests_dir.is_dir():
