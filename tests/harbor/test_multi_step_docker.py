@@ -12,6 +12,7 @@ from harbor_adapter import bundled_tasks_dir, load_task
 from harbor_adapter.agents import nop_actions, oracle_actions, run_scripted
 from harbor_adapter.env import TerminalEnv, tool_call
 from harbor_adapter.errors import TrialError
+from tests.harbor.conftest import TOML
 
 pytestmark = pytest.mark.docker
 
@@ -91,17 +92,11 @@ def test_the_last_steps_separate_verifier_is_not_fooled(base_images):
     assert shared.reward == pytest.approx(1.0)
 
 
-FINAL_TOML = """\
-multi_step_reward_strategy = "final"
-[agent]
-timeout_sec = 60.0
-[verifier]
-timeout_sec = 30.0
-[environment]
-docker_image = "skyrl-sandbox/minimal:latest"
-memory_mb = 256
-network_mode = "no-network"
-
+# the fixture's task (tests/harbor/conftest.py), in two steps; only the last one counts
+FINAL_TOML = (
+    'multi_step_reward_strategy = "final"\n'
+    + TOML
+    + """
 [[steps]]
 name = "a"
 artifacts = ["/app/a.txt"]
@@ -111,6 +106,7 @@ environment_mode = "separate"
 [[steps]]
 name = "b"
 """
+)
 
 
 def _steps_task(make_task, name, toml, files):
