@@ -12,6 +12,10 @@ Three repositories of different shapes, each from a folder ``<name>_src/``:
 - ``gridkit``: two packages in one repository (``packages/*/src``, ``packages/*/tests``, one
   depending on the other); graded with pytest over both packages' suites.
 
+``data/swesmith.jsonl`` holds rows in SWE-smith's shape: bugs (a folder's ``swesmith_spec.py``)
+put into the last commit of its bundle, judged by the whole suite (``--swesmith-only`` writes
+just that file).
+
 Each folder's tree is the fixed project; its ``tasks_spec.py`` lists the bugs and the tests of
 each fix. The first commit has every bug and none of the tasks' tests; each task then commits its
 fix and its tests. ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` are not written by hand: they come from
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import importlib.util
 import json
 import os
@@ -39,7 +44,7 @@ from skyrl_gym.envs.swe.patches import files_under_test
 
 HERE = Path(__file__).parent
 DATA = HERE / "data"
-SKIP = {"tasks_spec.py", "__pycache__", ".pytest_cache"}
+SKIP = {"tasks_spec.py", "swesmith_spec.py", "__pycache__", ".pytest_cache"}
 
 
 @dataclass(frozen=True)
@@ -251,6 +256,63 @@ def build_project(project: Project, out: Path) -> list[dict]:
     return rows
 
 
+def build_swesmith(project: Project, data: Path) -> list[dict]:
+    """SWE-smith rows for ``project`` (from its ``swesmith_spec.py``): each bug is applied to the
+    last commit of ``data/<name>.bundle``; its tests are the whole suite, run with and without it."""
+    where = project.src / "swesmith_spec.py"
+    spec = importlib.util.spec_from_file_location(f"_{project.name}_swesmith_spec", where)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    owner, name = project.repo.split("/")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix=f"{project.name}-smith-") as tmp:
+        work = Path(tmp) / project.name
+        git("clone", "-q", str(data / f"{project.name}.bundle"), str(work))
+        head = git("rev-parse", "HEAD", cwd=work).decode().strip()
+        clean = _run_tests(work, project, [])
+        if not clean or any(s != "PASSED" for s in clean.values()):
+            raise SystemExit(
+                f"{project.name} at {head[:10]}: the suite must pass before a bug goes in: {clean}"
+            )
+        for bug in module.BUGS:
+            for path, good, bad in bug["bug"]:
+                text = (work / path).read_text()
+                if text.count(good) != 1:
+                    raise SystemExit(f"swesmith_spec: the good text must occur once in {path}: {good!r}")
+                (work / path).write_text(text.replace(good, bad))
+            patch = git("diff", cwd=work).decode()
+            broken = _run_tests(work, project, [])
+            git("checkout", "--", ".", cwd=work)
+            f2p = sorted(t for t in clean if broken.get(t) != "PASSED")
+            p2p = sorted(t for t in clean if broken.get(t) == "PASSED")
+            if not f2p:
+                raise SystemExit(f"swesmith_spec: a bug in {[b[0] for b in bug['bug']]} breaks no test")
+            mirror = f"{owner}__{name}.{head[:8]}"
+            digest = hashlib.sha256(patch.encode()).hexdigest()[:8]
+            rows.append(
+                {
+                    "instance_id": f"{mirror}.{bug['kind']}__{digest}",
+                    "repo": f"swesmith/{mirror}",
+                    "patch": patch,
+                    "FAIL_TO_PASS": f2p,
+                    "PASS_TO_PASS": p2p,
+                    "image_name": f"swesmith.x86_64.{owner}_1776_{name}.{head[:8]}",
+                    "problem_statement": bug["problem_statement"],
+                }
+            )
+            print(f"{rows[-1]['instance_id']}: {len(f2p)} F2P, {len(p2p)} P2P")
+    return rows
+
+
+def write_swesmith(out: Path) -> list[dict]:
+    """Write ``swesmith.jsonl`` (the rows of every project with a ``swesmith_spec.py``)."""
+    rows = [row for p in PROJECTS if (p.src / "swesmith_spec.py").exists() for row in build_swesmith(p, out)]
+    with open(out / "swesmith.jsonl", "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return rows
+
+
 def build(out: Path) -> list[dict]:
     """Write every project's bundle and ``tasks.jsonl`` (all tasks) into ``out``; return the rows."""
     out.mkdir(parents=True, exist_ok=True)
@@ -258,14 +320,21 @@ def build(out: Path) -> list[dict]:
     with open(out / "tasks.jsonl", "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
+    write_swesmith(out)
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DATA, help="output folder (default: the package data)")
+    parser.add_argument(
+        "--swesmith-only", action="store_true", help="only write swesmith.jsonl from the bundles there"
+    )
     args = parser.parse_args(argv)
-    build(args.out)
+    if args.swesmith_only:
+        write_swesmith(args.out)
+    else:
+        build(args.out)
     return 0
 
 

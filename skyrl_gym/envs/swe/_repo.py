@@ -13,6 +13,7 @@ import os
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from skyrl_gym.envs.swe.types import SWEInstance
@@ -60,11 +61,23 @@ def git(*args: str, cwd: str | os.PathLike[str] | None = None, input: bytes | No
     return proc.stdout
 
 
+def _stems(repo: str) -> list[str]:
+    """Names a repository may have in a repos folder: ``owner__name``; for a SWE-smith mirror
+    ``swesmith/owner__name.commit`` also ``owner__name.commit``, ``owner__name`` and ``name``."""
+    stems = [repo.replace("/", "__")]
+    if repo.startswith("swesmith/") and "." in repo:
+        mirror = repo.split("/", 1)[1]
+        original = mirror.rsplit(".", 1)[0]
+        stems += [mirror, original, original.split("__", 1)[-1]]
+    return list(dict.fromkeys(stems))
+
+
 def resolve_repo(instance: SWEInstance, repos_dir: str | os.PathLike[str] | None = None) -> Path:
     """The directory or bundle holding ``instance``'s repository.
 
     ``repo_path`` wins; else ``repo`` (``owner/name``) is looked up in ``repos_dir`` as
-    ``owner__name`` or ``owner__name.bundle``."""
+    ``owner__name`` or ``owner__name.bundle`` (a SWE-smith mirror also under the names of
+    :func:`_stems`: the original repository serves, since the row's bug is applied to it)."""
     if instance.repo_path:
         path = Path(instance.repo_path)
         if not path.exists():
@@ -76,9 +89,10 @@ def resolve_repo(instance: SWEInstance, repos_dir: str | os.PathLike[str] | None
             f"repos_dir) holding {instance.repo.replace('/', '__')!r} as a directory or .bundle"
         )
     stem = instance.repo.replace("/", "__")
-    for candidate in (Path(repos_dir) / stem, Path(repos_dir) / f"{stem}.bundle"):
-        if candidate.exists():
-            return candidate
+    for name in _stems(instance.repo):
+        for candidate in (Path(repos_dir) / name, Path(repos_dir) / f"{name}.bundle"):
+            if candidate.exists():
+                return candidate
     raise ConfigError(
         f"instance {instance.instance_id!r}: no {stem!r} or {stem}.bundle in {str(repos_dir)!r}; "
         "clone the repository there (git clone --mirror) or pass its path as repo_path"
@@ -134,10 +148,22 @@ class RepoSource:
         """Directories holding an ``__init__.py`` at ``ref``."""
         return {str(Path(p).parent) for p in self.files(ref) if Path(p).name == "__init__.py"}
 
-    def snapshot(self, ref: str) -> Path:
-        """A tar file of the tree at ``ref`` with a one-commit git repository (cached)."""
+    def added_files_diff(self, ref: str, paths: Sequence[str]) -> str:
+        """A diff that creates ``paths`` as they are at ``ref`` (from the empty tree)."""
+        empty = git("hash-object", "-t", "tree", "/dev/null", cwd=self.git_dir).decode().strip()
+        diff = git(
+            "diff", "--binary", "--full-index", empty, self.commit(ref), "--", *paths, cwd=self.git_dir
+        )
+        return diff.decode()
+
+    def snapshot(self, ref: str, *, apply: str = "", remove: Sequence[str] = ()) -> Path:
+        """A tar file of the tree at ``ref`` with a one-commit git repository (cached).
+
+        ``apply``: a patch applied to the tree first (a SWE-smith row's bug); ``remove``: paths
+        left out of it (that row's hidden test files)."""
         commit = self.commit(ref)
-        out = cache_dir() / "snapshots" / f"{commit}-{hashlib.sha256(EXCLUDES.encode()).hexdigest()[:8]}.tar"
+        recipe = EXCLUDES if not (apply or remove) else "\0".join([EXCLUDES, apply, *remove])
+        out = cache_dir() / "snapshots" / f"{commit}-{hashlib.sha256(recipe.encode()).hexdigest()[:8]}.tar"
         if out.exists():
             return out
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -148,6 +174,15 @@ class RepoSource:
             git("init", "-q", "-b", "main", cwd=work)
             Path(work, ".git", "info").mkdir(exist_ok=True)
             Path(work, ".git", "info", "exclude").write_text(EXCLUDES)
+            if apply:
+                try:
+                    git("apply", "--whitespace=nowarn", "-", cwd=work, input=apply.encode())
+                except SandboxError as exc:
+                    raise ConfigError(
+                        f"the bug patch does not apply at {commit[:12]} of {self.path}: {exc}"
+                    ) from None
+            for path in remove:
+                Path(work, path).unlink(missing_ok=True)
             git("add", "-A", cwd=work)
             git("commit", "-q", "--allow-empty", "-m", f"base {commit[:12]}", cwd=work)
             bio = io.BytesIO()

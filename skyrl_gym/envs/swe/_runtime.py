@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skyrl_gym.envs.swe._repo import RepoSource, cache_dir
+from skyrl_gym.envs.swe.swesmith import start_snapshot
 from skyrl_gym.envs.swe.types import SWEEnvConfig, SWEInstance
 from skyrl_gym.errors import MissingDependencyError, SandboxError
 from skyrl_gym.sandbox import make_sandbox
@@ -178,7 +179,7 @@ def instance_image(instance: SWEInstance, source: RepoSource, client: object | N
 
     client = client or docker_client()
     env_tag = env_image(instance, client)
-    snapshot = source.snapshot(instance.base_commit)
+    snapshot = start_snapshot(instance, source)
     digest = hashlib.sha256(
         "\n".join([_IMAGE_RECIPE, env_tag, snapshot.name, *instance.install]).encode()
     ).hexdigest()[:16]
@@ -249,7 +250,7 @@ def open_workspace(instance: SWEInstance, source: RepoSource, config: SWEEnvConf
     try:
         root = sandbox.workdir
         env = _env_vars(root, runtime)
-        data = source.snapshot(instance.base_commit).read_bytes()
+        data = start_snapshot(instance, source).read_bytes()
         result = sandbox.exec(["tar", "-x", "-m", "-f", "-"], stdin=data, timeout=120)
         if not result.ok:
             raise SandboxError(f"unpacking {instance.instance_id} failed: {result.stderr[-2000:]}")

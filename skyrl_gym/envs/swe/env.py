@@ -31,6 +31,7 @@ from skyrl_gym.envs.swe._repo import RepoSource, resolve_repo
 from skyrl_gym.envs.swe._runtime import Workspace, open_workspace
 from skyrl_gym.envs.swe.grading import GradingSetupError, grade_patch
 from skyrl_gym.envs.swe.instances import bundled_instances, instance_from_row
+from skyrl_gym.envs.swe.swesmith import with_test_patch
 from skyrl_gym.envs.swe.types import GradeReport, SWEEnvConfig, SWEInstance
 from skyrl_gym.errors import ConfigError, SandboxError
 from skyrl_gym.sandbox.terminal import TerminalSettings, TerminalTools, turn_observation
@@ -128,6 +129,7 @@ class SWEEnv(BaseTextEnv):
             raise ConfigError(f"max_turns must be >= 1, got {self.max_turns}")
         self.source = RepoSource(resolve_repo(self.instance, self.config.repos_dir))
         self.source.commit(self.instance.base_commit)  # fail now on a commit that is not there
+        self.instance = with_test_patch(self.instance, self.source)  # a SWE-smith row's hidden tests
         settings = TerminalSettings(
             command_timeout_s=self.config.command_timeout_s,
             max_observation_chars=self.config.max_observation_chars,

@@ -1,6 +1,8 @@
 """Grade a patch as the SWE-bench harness does, in a fresh sandbox.
 
-1. A fresh sandbox with the repository at ``base_commit`` (no history after it).
+1. A fresh sandbox with the repository at ``base_commit`` (no history after it; for a SWE-smith
+   row, with its bug applied and its ``FAIL_TO_PASS`` test files removed, see
+   :mod:`~skyrl_gym.envs.swe.swesmith`).
 2. The model's patch, without its protected files (:func:`~skyrl_gym.envs.swe.patches.filter_patch`),
    is applied with ``git apply``, then ``git apply --reject``-free fallbacks: ``patch --fuzz``.
    A patch that does not apply is not resolved (``error="patch_failed"``).
@@ -24,7 +26,6 @@
 
 from __future__ import annotations
 
-import re
 import shlex
 import time
 
@@ -32,6 +33,8 @@ from skyrl_gym.envs.swe._repo import RepoSource, resolve_repo
 from skyrl_gym.envs.swe._runtime import Workspace, open_workspace
 from skyrl_gym.envs.swe.log_parsers import get_log_parser
 from skyrl_gym.envs.swe.patches import files_under_test, filter_patch, patch_files
+from skyrl_gym.envs.swe.patches import test_file_of as _file_of
+from skyrl_gym.envs.swe.swesmith import start_files, with_test_patch
 from skyrl_gym.envs.swe.types import GradeReport, SWEEnvConfig, SWEInstance, TestResult
 from skyrl_gym.errors import ConfigError, InfrastructureError, SandboxError
 
@@ -58,26 +61,6 @@ class GradingSetupError(InfrastructureError):
     never ran (the row names a test its test command does not run, or that does not exist).
     An infrastructure failure: the episode is masked. Fix the row's ``FAIL_TO_PASS`` /
     ``PASS_TO_PASS`` or its ``test_cmd``; ``skyrl swe check`` finds such rows."""
-
-
-#: A unittest-style test id: ``method (module.Class.method)`` (Python 3.11+) or
-#: ``method (module.Class)`` (older Pythons, Django's runner).
-_UNITTEST_ID = re.compile(r"^(\w+) \(([\w.]+)\)$")
-
-
-def _file_of(test_id: str) -> str | None:
-    """The file of a test id: of a pytest node id (``tests/t.py::test_x[1]`` -> ``tests/t.py``)
-    or of a unittest-style id (``test_x (tests.test_t.TestT.test_x)`` -> ``tests/test_t.py``,
-    relative to the directory the runner imports from)."""
-    path = test_id.split("::", 1)[0]
-    if "::" in test_id and path.endswith(".py"):
-        return path
-    match = _UNITTEST_ID.match(test_id)
-    if match is None:
-        return None
-    parts = match.group(2).split(".")
-    module = parts[:-2] if parts[-1] == match.group(1) else parts[:-1]
-    return "/".join(module) + ".py" if module else None
 
 
 def listed_test_files(instance: SWEInstance) -> list[str]:
@@ -110,6 +93,8 @@ def apply_patch(ws: Workspace, patch: str) -> tuple[bool, str]:
 
 
 def _restore_and_apply_tests(ws: Workspace, instance: SWEInstance, base_files: set[str]) -> None:
+    if not instance.test_patch.strip():  # a SWE-smith row whose tests are all in the tree
+        return
     files = patch_files(instance.test_patch)
     existing = [f for f in files if f in base_files]
     new = [f for f in files if f not in base_files]
@@ -147,7 +132,8 @@ def grade_patch(
     config = config or SWEEnvConfig()
     start = time.monotonic()
     source = source or RepoSource(resolve_repo(instance, config.repos_dir))
-    base_files = set(source.files(instance.base_commit))
+    instance = with_test_patch(instance, source)
+    base_files = start_files(instance, source)
     parser = get_log_parser(instance.log_parser)
     filtered, dropped = filter_patch(
         model_patch or "",

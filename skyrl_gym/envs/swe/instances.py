@@ -1,7 +1,9 @@
 """Load SWE task instances from JSONL, Parquet, JSON or a ``datasets.Dataset``.
 
-Published SWE-bench and SWE-Gym rows load as they are: ``FAIL_TO_PASS`` and ``PASS_TO_PASS``
-may be JSON-encoded strings (as published) or real lists. A relative ``repo_path`` is taken
+Published SWE-bench, SWE-bench Verified, SWE-Gym and SWE-smith rows load as they are:
+``FAIL_TO_PASS`` and ``PASS_TO_PASS`` may be JSON-encoded strings (as SWE-bench publishes them)
+or real lists (as SWE-smith does). A SWE-smith row (no ``test_patch``; its ``patch`` puts the
+bug in) is read as :mod:`skyrl_gym.envs.swe.swesmith` describes. A relative ``repo_path`` is taken
 relative to the task file. A bad row raises :class:`~skyrl_gym.errors.ConfigError` naming the
 file, the row and the field.
 """
@@ -14,16 +16,29 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from skyrl_gym.envs.swe.patches import reverse_patch
 from skyrl_gym.envs.swe.swebench_grading import swebench_parser_name
+from skyrl_gym.envs.swe.swesmith import base_commit_of, is_swesmith_row
 from skyrl_gym.envs.swe.types import DEFAULT_BASE_IMAGE, SWEInstance
 from skyrl_gym.errors import ConfigError
 
-__all__ = ["instance_from_row", "load_instances", "bundled_instances", "BUNDLED_TASKS", "BUNDLED_DIR"]
+__all__ = [
+    "instance_from_row",
+    "load_instances",
+    "bundled_instances",
+    "bundled_swesmith_instances",
+    "BUNDLED_TASKS",
+    "BUNDLED_SWESMITH",
+    "BUNDLED_DIR",
+]
 
 BUNDLED_DIR = Path(__file__).parent / "data"
 #: The bundled task file: 13 bug-fix tasks in three repositories (``pocketlib``, ``ledgerlite``,
 #: ``gridkit``; see :mod:`skyrl_gym.envs.swe._make_bundle`).
 BUNDLED_TASKS = BUNDLED_DIR / "tasks.jsonl"
+#: Rows in SWE-smith's published shape (bugs put into pocketlib's last commit), loaded unchanged;
+#: their repository is found as ``repos_dir`` finds a SWE-smith mirror (``pocketlib.bundle``).
+BUNDLED_SWESMITH = BUNDLED_DIR / "swesmith.jsonl"
 
 _REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
 _KNOWN = set(_REQUIRED) | {
@@ -74,6 +89,8 @@ def instance_from_row(
     """One :class:`SWEInstance` from a row; ``base_dir`` anchors a relative ``repo_path``."""
     if not isinstance(row, Mapping):
         raise ConfigError(f"{where}: expected an object with SWE-bench fields, got {type(row).__name__}")
+    if is_swesmith_row(row):
+        return _smith_instance(row, base_dir=base_dir, where=where)
     missing = [
         k for k in _REQUIRED if not isinstance(row.get(k), str) or (k != "test_patch" and not row.get(k))
     ]
@@ -93,13 +110,6 @@ def instance_from_row(
         )
     if not row["test_patch"].strip():
         raise ConfigError(f"{label}: test_patch is empty; the hidden tests come from it")
-    repo_path = row.get("repo_path") or None
-    if repo_path is not None:
-        path = Path(str(repo_path))
-        if not path.is_absolute() and base_dir is not None:
-            path = Path(base_dir) / path
-        repo_path = str(path)
-    extra = {k: v for k, v in row.items() if k not in _KNOWN}
     return SWEInstance(
         instance_id=str(row["instance_id"]),
         repo=row["repo"],
@@ -112,6 +122,21 @@ def instance_from_row(
         version=str(row.get("version") or ""),
         environment_setup_commit=str(row.get("environment_setup_commit") or ""),
         hints_text=str(row.get("hints_text") or ""),
+        **_our_fields(row, base_dir, label),
+    )
+
+
+def _our_fields(
+    row: Mapping[str, Any], base_dir: str | os.PathLike[str] | None, label: str
+) -> dict[str, Any]:
+    """The fields this project adds to the published schemas, and the row's other columns."""
+    repo_path = row.get("repo_path") or None
+    if repo_path is not None:
+        path = Path(str(repo_path))
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        repo_path = str(path)
+    return dict(
         repo_path=repo_path,
         image=str(row.get("image") or DEFAULT_BASE_IMAGE),
         environment_setup=_commands(row.get("environment_setup"), "environment_setup", label),
@@ -119,7 +144,53 @@ def instance_from_row(
         test_cmd=str(row.get("test_cmd") or ""),
         # SWE-bench's own parser for the repositories it knows (Django's runner, sympy's, ...)
         log_parser=str(row.get("log_parser") or swebench_parser_name(str(row["repo"])) or "pytest"),
-        extra=extra,
+        extra={k: v for k, v in row.items() if k not in _KNOWN},
+    )
+
+
+_SMITH_REQUIRED = ("instance_id", "repo", "patch", "problem_statement")
+
+
+def _smith_instance(
+    row: Mapping[str, Any], *, base_dir: str | os.PathLike[str] | None, where: str
+) -> SWEInstance:
+    """An instance from a SWE-smith row (see :mod:`skyrl_gym.envs.swe.swesmith`)."""
+    missing = [k for k in _SMITH_REQUIRED if not isinstance(row.get(k), str) or not row.get(k)]
+    if missing:
+        raise ConfigError(
+            f"{where}: missing or empty field(s) {missing} of a SWE-smith row (no test_patch, a "
+            f"swesmith/ repo or an image_name); it needs {list(_SMITH_REQUIRED)} as strings "
+            "plus FAIL_TO_PASS and PASS_TO_PASS"
+        )
+    label = f"{where} ({row['instance_id']})"
+    base = base_commit_of(row)
+    if base is None:
+        raise ConfigError(
+            f"{label}: a SWE-smith row needs a base_commit, or a repo named "
+            f"'swesmith/<owner>__<name>.<commit>'; got repo {row['repo']!r}"
+        )
+    f2p = _test_list(row.get("FAIL_TO_PASS"), "FAIL_TO_PASS", label)
+    p2p = _test_list(row.get("PASS_TO_PASS"), "PASS_TO_PASS", label)
+    if not f2p:
+        raise ConfigError(f"{label}: FAIL_TO_PASS is empty; a task needs at least one test the bug breaks")
+    try:
+        gold = reverse_patch(row["patch"])
+    except ValueError as exc:
+        raise ConfigError(
+            f"{label}: the row's patch (the bug) cannot be reversed into a fix: {exc}"
+        ) from None
+    return SWEInstance(
+        instance_id=str(row["instance_id"]),
+        repo=str(row["repo"]),
+        base_commit=base,
+        problem_statement=row["problem_statement"],
+        patch=gold,
+        test_patch="",
+        FAIL_TO_PASS=f2p,
+        PASS_TO_PASS=p2p,
+        hints_text=str(row.get("hints_text") or ""),
+        bug_patch=row["patch"],
+        **_our_fields(row, base_dir, label),
     )
 
 
@@ -183,3 +254,16 @@ def bundled_instances() -> list[SWEInstance]:
     """The bundled tasks (pocketlib's, then ledgerlite's, then gridkit's; each repository is a
     bundled git bundle)."""
     return load_instances(BUNDLED_TASKS)
+
+
+def bundled_swesmith_instances() -> list[SWEInstance]:
+    """The bundled SWE-smith rows, with ``repo_path`` set to their bundle (the rows themselves
+    carry only SWE-smith's columns; ``skyrl swe check --repos`` with the data folder finds it too)."""
+    import dataclasses
+
+    from skyrl_gym.envs.swe._repo import resolve_repo
+
+    return [
+        dataclasses.replace(inst, repo_path=str(resolve_repo(inst, BUNDLED_DIR)))
+        for inst in load_instances(BUNDLED_SWESMITH)
+    ]

@@ -17,9 +17,22 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-__all__ = ["FileDiff", "split_patch", "patch_files", "protected_reason", "filter_patch", "files_under_test"]
+__all__ = [
+    "FileDiff",
+    "split_patch",
+    "patch_files",
+    "protected_reason",
+    "filter_patch",
+    "files_under_test",
+    "reverse_patch",
+    "test_file_of",
+]
 
 _HEADER = re.compile(r"^diff --git (?:\"?a/(.+?)\"?) (?:\"?b/(.+?)\"?)$")
+_HUNK = re.compile(r"^@@ -(\d+(?:,\d+)?) \+(\d+(?:,\d+)?) @@(.*)$", re.DOTALL)
+#: A unittest-style test id: ``method (module.Class.method)`` (Python 3.11+) or
+#: ``method (module.Class)`` (older Pythons, Django's runner).
+_UNITTEST_ID = re.compile(r"^(\w+) \(([\w.]+)\)$")
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,120 @@ def patch_files(patch: str) -> list[str]:
 def files_under_test(test_patch: str) -> list[str]:
     """The files of a ``test_patch`` that exist after it (what the test command runs)."""
     return [s.new_path for s in split_patch(test_patch) if s.new_path]
+
+
+def test_file_of(test_id: str) -> str | None:
+    """The file of a test id: of a pytest node id (``tests/t.py::test_x[1]`` -> ``tests/t.py``)
+    or of a unittest-style id (``test_x (tests.test_t.TestT.test_x)`` -> ``tests/test_t.py``,
+    relative to the directory the runner imports from); None when the id names no file."""
+    path = test_id.split("::", 1)[0]
+    if "::" in test_id and path.endswith(".py"):
+        return path
+    match = _UNITTEST_ID.match(test_id)
+    if match is None:
+        return None
+    parts = match.group(2).split(".")
+    module = parts[:-2] if parts[-1] == match.group(1) else parts[:-1]
+    return "/".join(module) + ".py" if module else None
+
+
+_SWAPPED_HEADERS = (
+    ("new file mode ", "deleted file mode "),
+    ("old mode ", "new mode "),
+    ("rename from ", "rename to "),
+    ("copy from ", "copy to "),
+)
+
+
+def _reverse_header_line(line: str) -> str:
+    m = _HEADER.match(line.rstrip("\n"))
+    if m:
+        return f"diff --git a/{m.group(2)} b/{m.group(1)}\n"
+    for one, other in _SWAPPED_HEADERS:
+        if line.startswith(one):
+            return other + line[len(one) :]
+        if line.startswith(other):
+            return one + line[len(other) :]
+    if line.startswith("index "):
+        span, _, mode = line[len("index ") :].partition(" ")
+        old, _, new = span.strip().partition("..")
+        return f"index {new}..{old}" + (f" {mode}" if mode else "\n")
+    return line
+
+
+def _reverse_section(text: str) -> str:
+    lines = text.splitlines(keepends=True)
+    head_end = next((i for i, line in enumerate(lines) if line.startswith("@@")), len(lines))
+    head = lines[:head_end]
+    if any(line.startswith(("GIT binary patch", "Binary files ")) for line in lines):
+        raise ValueError("a binary patch cannot be reversed as text")
+    out: list[str] = []
+    minus = plus = None
+    for line in head:
+        if line.startswith("--- "):
+            minus = line[4:]
+        elif line.startswith("+++ "):
+            plus = line[4:]
+        else:
+            out.append(_reverse_header_line(line))
+    modes = [i for i, line in enumerate(out) if line.startswith(("old mode ", "new mode "))]
+    if len(modes) == 2:  # keep git's order: old mode, then new mode
+        out[modes[0]], out[modes[1]] = out[modes[1]], out[modes[0]]
+    if minus is not None and plus is not None:
+        # the old side's name becomes the new side's, keeping each side's a/ and b/ prefix
+        def side(path: str, prefix: str) -> str:
+            bare = path.rstrip("\n")
+            if bare != "/dev/null" and bare[:2] in ("a/", "b/"):
+                bare = prefix + bare[2:]
+            return bare + "\n"
+
+        out += ["--- " + side(plus, "a/"), "+++ " + side(minus, "b/")]
+    # the body: hunk headers swap their ranges; in each run of changed lines the lines that
+    # were added become removed ones (listed first, as diff writes them) and the other way round
+    run_minus: list[str] = []
+    run_plus: list[str] = []
+
+    def flush() -> None:
+        out.extend(run_minus)
+        out.extend(run_plus)
+        run_minus.clear()
+        run_plus.clear()
+
+    last: list[str] | None = None
+    for line in lines[head_end:]:
+        if line.startswith("@@"):
+            flush()
+            m = _HUNK.match(line)
+            if m is None:
+                raise ValueError(f"not a hunk header: {line.rstrip()!r}")
+            out.append(f"@@ -{m.group(2)} +{m.group(1)} @@{m.group(3)}")
+            last = None
+        elif line.startswith("+"):
+            run_minus.append("-" + line[1:])
+            last = run_minus
+        elif line.startswith("-"):
+            run_plus.append("+" + line[1:])
+            last = run_plus
+        elif line.startswith("\\"):  # "\ No newline at end of file" belongs to the line before it
+            (last if last is not None else out).append(line)
+        else:
+            flush()
+            out.append(line)
+            last = out
+    flush()
+    return "".join(out)
+
+
+def reverse_patch(patch: str) -> str:
+    """The patch that undoes ``patch`` (what ``git apply -R`` applies), as text.
+
+    SWE-smith rows carry the diff that puts a bug in; the gold fix is its reverse. Raises
+    ``ValueError`` for a binary patch or a malformed hunk header."""
+    sections = split_patch(patch)
+    if not sections:
+        raise ValueError("no file sections in the patch")
+    text = "".join(_reverse_section(s.text) for s in sections)
+    return text if text.endswith("\n") else text + "\n"
 
 
 _CONFIG_FILES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", ".pytest.ini"}

@@ -89,6 +89,11 @@ class SWEInstance:
     """Name of the log parser in :mod:`skyrl_gym.envs.swe.log_parsers`."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Any other fields of the row (``created_at``...), kept as they were."""
+    bug_patch: str = ""
+    """SWE-smith rows only: the row's ``patch``, the diff that puts the bug in at
+    ``base_commit``. The agent starts from ``base_commit`` with it applied and the files of the
+    ``FAIL_TO_PASS`` tests removed; ``patch`` is its reverse and ``test_patch`` is made from the
+    repository (see :mod:`skyrl_gym.envs.swe.swesmith`)."""
 
     def __post_init__(self) -> None:
         if not self.instance_id:
@@ -99,10 +104,23 @@ class SWEInstance:
         object.__setattr__(self, "install", tuple(self.install))
 
     def to_row(self) -> dict[str, Any]:
-        """The instance as a row (lists as JSON strings, as SWE-bench publishes them)."""
+        """The instance as a row (lists as JSON strings, as SWE-bench publishes them; a
+        SWE-smith instance in SWE-smith's shape, lists as lists)."""
         import json
 
         row: dict[str, Any] = dict(self.extra)
+        if self.bug_patch:  # SWE-smith's shape: its patch is the bug, its tests are the repo's
+            row.update(
+                instance_id=self.instance_id,
+                repo=self.repo,
+                base_commit=self.base_commit,
+                problem_statement=self.problem_statement,
+                patch=self.bug_patch,
+                FAIL_TO_PASS=list(self.FAIL_TO_PASS),
+                PASS_TO_PASS=list(self.PASS_TO_PASS),
+            )
+            self._our_fields(row)
+            return row
         row.update(
             instance_id=self.instance_id,
             repo=self.repo,
@@ -116,6 +134,11 @@ class SWEInstance:
             environment_setup_commit=self.environment_setup_commit,
             hints_text=self.hints_text,
         )
+        self._our_fields(row)
+        return row
+
+    def _our_fields(self, row: dict[str, Any]) -> None:
+        """Write the fields this project adds to the SWE-bench schema (where not defaults)."""
         if self.repo_path is not None:
             row["repo_path"] = self.repo_path
         if self.image != DEFAULT_BASE_IMAGE:
@@ -127,7 +150,6 @@ class SWEInstance:
             row["test_cmd"] = self.test_cmd
         if self.log_parser != "pytest":
             row["log_parser"] = self.log_parser
-        return row
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ def test_the_script_regenerates_the_bundle_and_tasks_exactly(tmp_path):
 
     rows = _make_bundle.build(tmp_path)
     assert len(rows) == 13 and len({r["repo"] for r in rows}) == 3
-    for name in ("pocketlib.bundle", "ledgerlite.bundle", "gridkit.bundle", "tasks.jsonl"):
+    for name in ("pocketlib.bundle", "ledgerlite.bundle", "gridkit.bundle", "tasks.jsonl", "swesmith.jsonl"):
         assert (tmp_path / name).read_bytes() == (BUNDLED_TASKS.parent / name).read_bytes(), name
 
 

@@ -48,6 +48,17 @@ def test_check_passes_on_every_bundled_task(capsys):
     assert my_containers() == []
 
 
+def test_a_swesmith_row_unchanged_in_docker(capsys):
+    from skyrl_gym.envs.swe.instances import BUNDLED_DIR, BUNDLED_SWESMITH
+
+    first = json.loads(BUNDLED_SWESMITH.read_text().splitlines()[0])["instance_id"]
+    code = main(["check", str(BUNDLED_SWESMITH), "--repos", str(BUNDLED_DIR), "--json", "--instance", first])
+    (row,) = json.loads(capsys.readouterr().out)
+    assert code == 0 and row["ok"] and row["gold_resolved"] and not row["empty_resolved"], row
+    assert row["gold"]["p2p_passed"] == row["gold"]["p2p_total"] > 30  # the whole suite ran
+    assert my_containers() == []
+
+
 def test_an_episode_in_the_instance_container(instances):
     from skyrl_gym.envs.swe._runtime import instance_image
 
