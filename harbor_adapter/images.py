@@ -21,6 +21,7 @@ import re
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from harbor_adapter.errors import ImageBuildError, TrialTimeoutError
@@ -29,6 +30,8 @@ from skyrl_gym.sandbox._dockerlib import docker_client, docker_module, find_imag
 
 __all__ = [
     "context_hash",
+    "folder_hash",
+    "ensure_built",
     "image_tag",
     "ensure_image",
     "image_workdir",
@@ -46,8 +49,15 @@ _thread_locks_guard = threading.Lock()
 
 def context_hash(task: HarborTask) -> str:
     """A SHA-256 of the build context (``environment/``): relative paths, modes and bytes."""
+    return folder_hash(task.environment_dir)
+
+
+def folder_hash(root: Path, dockerfile: str = "Dockerfile") -> str:
+    """A SHA-256 of a build context: relative paths, modes and bytes (and the Dockerfile's name
+    when it is not ``Dockerfile``)."""
     h = hashlib.sha256(b"skyrl-harbor-image-v1\0")
-    root = task.environment_dir
+    if dockerfile != "Dockerfile":
+        h.update(b"dockerfile\0" + dockerfile.encode() + b"\0")
     for p in sorted(root.rglob("*")):
         if p.is_dir():
             continue
@@ -89,12 +99,24 @@ def ensure_image(task: HarborTask, *, deadline_s: float | None = None) -> tuple[
                 "build or load it first, or give the task an environment/Dockerfile"
             )
         return tag, False, time.monotonic() - start
+    built, seconds = ensure_built(task.name, task.environment_dir, "Dockerfile", tag, budget)
+    return tag, built, seconds
+
+
+def ensure_built(
+    name: str, context: Path, dockerfile: str, tag: str, budget: float, *, client: Any = None
+) -> tuple[bool, float]:
+    """Build ``tag`` from ``context`` (its ``dockerfile``) unless it exists: the main image of
+    a task, or a service's of a multi-container task. ``(built, seconds)``; the deadline covers
+    waiting for another build of the same tag (in this process or another)."""
+    start = time.monotonic()
+    client = client or docker_client()
     if find_image(client, tag) is not None:
-        return tag, False, time.monotonic() - start
-    _check_bases(client, task)
+        return False, time.monotonic() - start
+    _check_bases(client, name, context / dockerfile)
     lock = _lock_for(tag)
     if not lock.acquire(timeout=max(budget, 0.001)):
-        raise TrialTimeoutError(f"task {task.name!r}: waited {budget:.0f} s for another build of {tag}")
+        raise TrialTimeoutError(f"task {name!r}: waited {budget:.0f} s for another build of {tag}")
     try:
         lock_path = os.path.join(
             tempfile.gettempdir(), f"skyrl-harbor-{tag.replace('/', '_').replace(':', '_')}.lock"
@@ -107,15 +129,15 @@ def ensure_image(task: HarborTask, *, deadline_s: float | None = None) -> tuple[
                 except BlockingIOError:
                     if time.monotonic() - start > budget:
                         raise TrialTimeoutError(
-                            f"task {task.name!r}: waited {budget:.0f} s for another process's build of {tag}"
+                            f"task {name!r}: waited {budget:.0f} s for another process's build of {tag}"
                         ) from None
                     time.sleep(0.2)
             if find_image(client, tag) is not None:
-                return tag, False, time.monotonic() - start
-            _build(task, tag, budget - (time.monotonic() - start))
+                return False, time.monotonic() - start
+            _build(name, context, dockerfile, tag, budget - (time.monotonic() - start))
     finally:
         lock.release()
-    return tag, True, time.monotonic() - start
+    return True, time.monotonic() - start
 
 
 def base_images(dockerfile: str) -> list[str]:
@@ -139,24 +161,24 @@ def base_images(dockerfile: str) -> list[str]:
     return images
 
 
-def _check_bases(client: Any, task: HarborTask) -> None:
+def _check_bases(client: Any, name: str, dockerfile: Path) -> None:
     """Fail before building when a ``FROM`` image is not on this machine: a build would try a
     registry (no network here; ``SKYRL_HARBOR_ALLOW_PULL=1`` allows it where there is one)."""
-    if os.environ.get("SKYRL_HARBOR_ALLOW_PULL") == "1" or task.dockerfile is None:
+    if os.environ.get("SKYRL_HARBOR_ALLOW_PULL") == "1" or not dockerfile.is_file():
         return
-    missing = [ref for ref in base_images(task.dockerfile.read_text()) if find_image(client, ref) is None]
+    missing = [ref for ref in base_images(dockerfile.read_text()) if find_image(client, ref) is None]
     if missing:
         raise ImageBuildError(
-            f"task {task.name!r}: base image(s) {missing} not on this machine. FROM must name a local "
+            f"task {name!r}: base image(s) {missing} not on this machine. FROM must name a local "
             "image: no registry is reachable; build the base images with `skyrl sandbox build-images` and "
             "use FROM skyrl-sandbox/python or skyrl-sandbox/minimal (or set SKYRL_HARBOR_ALLOW_PULL=1 "
             "where a registry is reachable)"
         )
 
 
-def _build(task: HarborTask, tag: str, budget: float) -> None:
+def _build(name: str, context: Path, dockerfile: str, tag: str, budget: float) -> None:
     if budget <= 0:
-        raise TrialTimeoutError(f"task {task.name!r}: no time left to build {tag}")
+        raise TrialTimeoutError(f"task {name!r}: no time left to build {tag}")
     docker = docker_module()
     # a client of its own: closing it at the deadline drops the connection and cancels the build
     api = docker.APIClient(**docker.utils.kwargs_from_env(), timeout=max(1, int(budget) + 1))
@@ -168,14 +190,14 @@ def _build(task: HarborTask, tag: str, budget: float) -> None:
     def run() -> None:
         try:
             for chunk in api.build(
-                path=str(task.environment_dir),
-                dockerfile="Dockerfile",
+                path=str(context),
+                dockerfile=dockerfile,
                 tag=tag,
                 rm=True,
                 forcerm=True,
                 pull=False,  # (the daemon still pulls a missing FROM image: _check_bases first)
                 network_mode="none",
-                labels={LABEL_TASK: task.name},
+                labels={LABEL_TASK: name},
                 decode=True,
             ):
                 if "stream" in chunk:
@@ -193,7 +215,7 @@ def _build(task: HarborTask, tag: str, budget: float) -> None:
         finally:
             done.set()
 
-    thread = threading.Thread(target=run, name=f"harbor-build-{task.name}", daemon=True)
+    thread = threading.Thread(target=run, name=f"harbor-build-{name}", daemon=True)
     thread.start()
     finished = done.wait(budget)
     if not finished:
@@ -205,8 +227,7 @@ def _build(task: HarborTask, tag: str, budget: float) -> None:
         api.close()
         thread.join(5)
         raise TrialTimeoutError(
-            f"task {task.name!r}: building {tag} took longer than {budget:.0f} s "
-            "([environment].build_timeout_sec)"
+            f"task {name!r}: building {tag} took longer than {budget:.0f} s ([environment].build_timeout_sec)"
         )
     thread.join(5)
     api.close()
@@ -218,7 +239,7 @@ def _build(task: HarborTask, tag: str, budget: float) -> None:
                 " (FROM must name a local image: no registry is reachable; build the base images with "
                 "`skyrl sandbox build-images` and use FROM skyrl-sandbox/python or skyrl-sandbox/minimal)"
             )
-        raise ImageBuildError(f"task {task.name!r}: building {tag} failed: {'; '.join(error)}{hint}\n{tail}")
+        raise ImageBuildError(f"task {name!r}: building {tag} failed: {'; '.join(error)}{hint}\n{tail}")
 
 
 def image_workdir(tag: str) -> str:

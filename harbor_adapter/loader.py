@@ -21,6 +21,7 @@ from enum import Enum
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
+from harbor_adapter.compose import parse_compose
 from harbor_adapter.errors import (
     HarborTaskError,
     TaskConfigError,
@@ -520,16 +521,15 @@ def load_task(path: str | Path) -> HarborTask:
                 f"{root}: no tests/test.sh (the verifier; it writes /logs/verifier/reward.txt or reward.json)"
             )
     task = HarborTask(root, config.name or root.name, config, instruction, steps)
-    if task.compose_file is not None and task.dockerfile is not None:  # the main service only
-        task = dataclasses.replace(
-            task,
-            config=dataclasses.replace(config, ignored=(*config.ignored, "environment/docker-compose.yaml")),
-        )
+    if task.compose_file is not None:  # a multi-container task: main plus the file's services
+        compose = parse_compose(task.compose_file, task.environment_dir)
+        ignored = (*config.ignored, *(f"docker-compose.yaml: {key}" for key in compose.ignored))
+        task = dataclasses.replace(task, compose=compose, config=dataclasses.replace(config, ignored=ignored))
     if task.dockerfile is None and config.environment.docker_image is None:
         if task.compose_file is not None:
-            raise UnsupportedTaskError(
-                f"{root}: only environment/docker-compose.yaml; multi-container tasks are not supported, "
-                "add environment/Dockerfile"
+            raise TaskFileMissingError(
+                f"{root}: environment/docker-compose.yaml but no environment/Dockerfile: the agent's "
+                "service (main) is built from it, as in Harbor; add it"
             )
         raise TaskFileMissingError(
             f"{root}: no environment/Dockerfile and no [environment].docker_image; the task needs an image"

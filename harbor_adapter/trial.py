@@ -28,6 +28,11 @@ the verifier's image (the task's own unless ``[verifier.environment].docker_imag
 artifacts are put back at their paths, and the same steps run there. A binary the agent replaced
 (``python3``, ``grep``, the test runner) is not in that container.
 
+A multi-container task (``environment/docker-compose.yaml``) starts its services first with
+Docker Compose on a network of the trial's own (internal unless ``network_mode = "public"``;
+see :mod:`harbor_adapter.compose`); the agent's container, and a separate verifier's, join it
+(the agent's as ``main``), and :meth:`Trial.close` removes the services and the network too.
+
 A multi-step task walks its steps in the one container: :meth:`Trial.begin_step` copies the
 step's ``workdir/`` into the working directory and runs its ``setup.sh`` (after clearing what a
 shared verifier of the step before left in ``/tests`` and ``/logs/verifier``) and restarts the
@@ -46,6 +51,7 @@ import posixpath
 import tarfile
 import time
 
+from harbor_adapter.compose import MAIN, TaskServices
 from harbor_adapter.errors import RewardError, TrialError, TrialTimeoutError
 from harbor_adapter.images import ensure_image, image_workdir
 from harbor_adapter.reward import REWARD_JSON, REWARD_TXT, VERIFIER_DIR, parse_reward
@@ -101,6 +107,7 @@ class Trial:
         self.agent_ended: float | None = None
         self.commands = 0
         self.step: HarborStep | None = None
+        self.services: TaskServices | None = None
         self._closed = False
         self._tests_left = False  # a shared verifier ran: /tests and /logs/verifier hold its files
 
@@ -173,9 +180,16 @@ class Trial:
         self.image, _, self.build_seconds = ensure_image(self.task, deadline_s=self.settings.build_timeout_s)
         self.workdir = self.task.config.environment.workdir or image_workdir(self.image)
         t0 = time.monotonic()
-        sandbox = self._start_container(self.image, self.task.config.agent.user, phase="agent")
+        if self.task.compose is not None and self.task.compose.services:
+            self.services = self._start_services()
+        try:
+            sandbox = self._start_container(self.image, self.task.config.agent.user, phase="agent")
+        except BaseException:
+            self._close_services()
+            raise
         if self._closed:  # closed from another thread while the container started
             sandbox.close()
+            self._close_services()
             raise TrialError("the trial was closed while its container started")
         self.sandbox = sandbox
         self.start_seconds = time.monotonic() - t0
@@ -183,16 +197,42 @@ class Trial:
             self.sandbox.exec(f"mkdir -p /logs/agent {ARTIFACTS_DIR} {VERIFIER_DIR}", timeout=30, workdir="/")
         self.agent_started = time.monotonic()
 
+    def _start_services(self) -> TaskServices:
+        env = self.task.config.environment
+        services = TaskServices(
+            self.task,
+            ttl_s=self.limits().ttl_s,
+            public=env.network,
+            build_timeout_s=self.settings.build_timeout_s or env.build_timeout_sec,
+            start_timeout_s=self.settings.start_timeout_s,
+            memory_mb=env.memory_mb,
+            cpus=env.cpus,
+            pids=self.settings.pids,
+        )
+        services.start()
+        return services
+
+    def _close_services(self) -> None:
+        services, self.services = self.services, None
+        if services is not None:
+            services.close()
+
     def _start_container(self, image: str, user: str | int | None, *, phase: str) -> DockerSandbox:
         env = self.task.config.environment
+        compose_env = self.task.compose.main_environment if self.task.compose is not None else {}
+        on_network = {}
+        if self.services is not None:  # the task's own network, where the services are
+            aliases = (MAIN,) if phase == "agent" else ()
+            on_network = {"network_name": self.services.network, "network_aliases": aliases}
         spec = SandboxSpec(
             "docker",
             self.limits(),
             image=image,
             profile=DockerProfile.TASK,
-            network=env.network,
+            network=env.network and self.services is None,
             workdir=self.workdir,
-            env={"HOME": "/root", **env.env},
+            env={"HOME": "/root", **env.env, **compose_env},
+            **on_network,
             user=None if user is None else str(user),
             labels={"harbor.task": self.task.name, "harbor.phase": phase},
             name_prefix="skyrl-harbor",
@@ -240,11 +280,14 @@ class Trial:
         self.agent_ended = None
 
     def close(self) -> None:
-        """Remove the container. Idempotent."""
+        """Remove the container (and a multi-container task's services and network). Idempotent."""
         self._closed = True
         sandbox, self.sandbox = self.sandbox, None
-        if sandbox is not None:
-            sandbox.close()
+        try:
+            if sandbox is not None:
+                sandbox.close()
+        finally:
+            self._close_services()
 
     def __enter__(self) -> Trial:
         self.start()

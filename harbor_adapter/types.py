@@ -46,6 +46,8 @@ __all__ = [
     "SolutionSection",
     "TaskConfig",
     "HarborTask",
+    "ComposeService",
+    "ComposeSpec",
     "VerifierResult",
     "TrialOutcome",
     "TrialSettings",
@@ -349,6 +351,43 @@ class HarborStep:
 
 
 @dataclass(frozen=True)
+class ComposeService:
+    """One service of a multi-container task other than ``main`` (the agent's container)."""
+
+    name: str
+    """The service's name: its host name on the task's network."""
+    spec: Mapping[str, Any]
+    """Its ``docker-compose.yaml`` entry, validated (see :mod:`harbor_adapter.compose`)."""
+    build_context: Path | None = None
+    """The folder its image is built from (absolute), when it has ``build``."""
+    dockerfile: str = "Dockerfile"
+    """The Dockerfile's name in ``build_context``."""
+
+    @property
+    def healthcheck(self) -> bool:
+        """True when the service declares a healthcheck (then "started" means "healthy")."""
+        check = self.spec.get("healthcheck")
+        return isinstance(check, Mapping) and not check.get("disable")
+
+
+@dataclass(frozen=True)
+class ComposeSpec:
+    """``environment/docker-compose.yaml``: the services that run next to ``main``."""
+
+    file: Path
+    """The compose file."""
+    services: tuple[ComposeService, ...]
+    """The other services, in file order."""
+    main_environment: Mapping[str, str] = field(default_factory=dict)
+    """``services.main.environment``: added to the agent container's environment."""
+    volumes: tuple[str, ...] = ()
+    """Named volumes (top-level ``volumes``), made per trial and removed with it."""
+    ignored: tuple[str, ...] = ()
+    """Keys read and not acted on (``ports``: nothing is published on the host; ``networks``:
+    every service is on the task's own network; ``main``'s other keys)."""
+
+
+@dataclass(frozen=True)
 class HarborTask:
     """One loaded, validated Harbor task directory."""
 
@@ -363,6 +402,9 @@ class HarborTask:
     task's first step's instruction."""
     steps: tuple[HarborStep, ...] = ()
     """The steps of a multi-step task, in order; empty otherwise."""
+    compose: ComposeSpec | None = None
+    """The services of a multi-container task (``environment/docker-compose.yaml``); None for
+    a single-container task."""
 
     @property
     def environment_dir(self) -> Path:

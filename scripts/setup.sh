@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up everything on a fresh Debian machine with Python 3.11: system packages (Docker,
-# debootstrap, bubblewrap, chromium for one browser test), a virtual environment in .venv with the CPU build of torch, and this
+# Docker Compose, debootstrap, bubblewrap, chromium for one browser test), a virtual environment in .venv with the CPU build of torch, and this
 # project with its extras. Safe to run again: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,8 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 need_apt=()
 command -v dockerd >/dev/null || need_apt+=(docker.io)
+# multi-container Harbor tasks: Debian's docker-compose, unless the compose plugin is there
+command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || need_apt+=(docker-compose)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 command -v bwrap >/dev/null || need_apt+=(bubblewrap)
 command -v chromium >/dev/null || need_apt+=(chromium)  # the trajectory viewer's headless-browser test

@@ -118,6 +118,8 @@ def _key(config: DockerSandboxConfig) -> tuple[Any, ...]:
         config.user,
         items(config.labels),
         config.pull,
+        config.network_name,
+        config.network_aliases,
     )
 
 

@@ -173,6 +173,12 @@ class DockerSandbox(BaseSandbox):
             )
         elif cfg.profile is DockerProfile.TASK:
             kw.update(user=cfg.user or "0:0")
+            if cfg.network_name:
+                endpoint = docker.types.EndpointConfig(
+                    self.client.api._version, aliases=list(cfg.network_aliases)
+                )
+                del kw["network_mode"]
+                kw.update(network=cfg.network_name, networking_config={cfg.network_name: endpoint})
         else:  # pragma: no cover - DockerProfile is closed
             raise ValueError(f"unknown profile {cfg.profile!r}")
         return kw

@@ -311,9 +311,19 @@ class DockerSandboxConfig:
     pull: bool = False
     """Pull the image from a registry when it is missing (off: no registry is reachable on
     offline machines, and a missing image should fail at once with a hint)."""
+    network_name: str | None = None
+    """Task profile only: join this existing Docker network (a task-private one that the caller
+    made and removes, e.g. a multi-container Harbor task's) instead of none or the bridge."""
+    network_aliases: tuple[str, ...] = ()
+    """Names the container answers to on ``network_name`` (e.g. ``main``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "profile", DockerProfile(self.profile))
+        object.__setattr__(self, "network_aliases", tuple(self.network_aliases))
+        if (self.network_name or self.network_aliases) and self.profile is DockerProfile.STRICT:
+            raise ConfigError("the strict Docker profile never joins a network; use profile='task'")
+        if self.network_aliases and not self.network_name:
+            raise ConfigError("network_aliases need a network_name to be names on")
         if not str(PurePosixPath(self.workdir)).startswith("/"):
             raise ConfigError(f"DockerSandboxConfig.workdir must be absolute, got {self.workdir!r}")
         if self.network and self.profile is DockerProfile.STRICT:
@@ -405,8 +415,13 @@ class SandboxSpec:
     """Docker: the container must be up within this many seconds, else
     :class:`~skyrl_gym.errors.SandboxTimeoutError` (a late container is removed when it comes
     up). None: no deadline."""
+    network_name: str | None = None
+    """Docker, task profile: join this existing network (see :class:`DockerSandboxConfig`)."""
+    network_aliases: tuple[str, ...] = ()
+    """Docker: the container's names on ``network_name``."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "network_aliases", tuple(self.network_aliases))
         if self.kind not in ("local", "docker"):
             raise ConfigError(f"unknown sandbox {self.kind!r}; use 'local' or 'docker'")
         object.__setattr__(self, "profile", DockerProfile(self.profile))
@@ -427,6 +442,8 @@ class SandboxSpec:
             env=dict(self.env),
             user=self.user,
             labels=dict(self.labels),
+            network_name=self.network_name,
+            network_aliases=self.network_aliases,
             **extra,
         )
 

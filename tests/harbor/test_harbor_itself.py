@@ -7,6 +7,7 @@ Skipped when that environment does not exist; make it with
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -30,6 +31,7 @@ for d in sys.argv[1:]:
         "agent_timeout": c.agent.timeout_sec, "verifier_timeout": c.verifier.timeout_sec,
         "build_timeout": e.build_timeout_sec, "cpus": e.cpus, "memory_mb": e.memory_mb,
         "storage_mb": e.storage_mb, "network_mode": e.network_mode.value, "docker_image": e.docker_image,
+        "allowed_hosts": list(e.allowed_hosts or []),
         "instruction": t.instruction.strip(), "has_solution": t.paths.solve_path.exists(),
         "verifier_mode": resolve_task_verifier_mode(c).value,
         "artifacts": [a if isinstance(a, str) else a.source for a in c.artifacts],
@@ -72,7 +74,12 @@ def test_harbor_loads_our_tasks_like_we_do(harbor_python):
         assert h["agent_timeout"] == c.agent.timeout_sec and h["verifier_timeout"] == c.verifier.timeout_sec
         assert (h["build_timeout"], h["cpus"], h["memory_mb"]) == (e.build_timeout_sec, e.cpus, e.memory_mb)
         assert h["storage_mb"] == e.storage_mb and h["docker_image"] == e.docker_image
-        assert h["network_mode"] == e.network_mode.value == "no-network"
+        assert h["network_mode"] == e.network_mode.value and h["allowed_hosts"] == list(e.allowed_hosts)
+        if ours[name].compose is None:
+            assert e.network_mode.value == "no-network"
+        else:  # stock-check: its own services are the only hosts it may reach, in both
+            assert e.network_mode.value == "allowlist"
+            assert set(e.allowed_hosts) == {s.name for s in ours[name].compose.services}
         assert h["artifacts"] == [a.source for a in c.artifacts]
         if c.steps:  # Harbor sends no root instruction; ours is the first step's
             assert h["instruction"] == "" and ours[name].instruction == ours[name].steps[0].instruction
@@ -87,6 +94,7 @@ def test_harbor_loads_our_tasks_like_we_do(harbor_python):
         assert c.verifier_mode() == (stated or ("separate" if c.artifacts else "shared"))
     assert any(t.config.verifier_mode() == "separate" for t in ours.values())  # word-report
     assert any(t.steps for t in ours.values())  # order-steps
+    assert any(t.compose is not None for t in ours.values())  # stock-check
 
 
 def _same_steps(h: dict, task) -> None:
@@ -106,7 +114,14 @@ def _same_steps(h: dict, task) -> None:
 
 def test_harbor_lint_finds_nothing_but_the_shared_verifier_note(harbor_python):
     harbor = str(venv_dir() / "bin" / "harbor")
-    dirs = [str(t.path) for t in load_tasks(bundled_tasks_dir())]
+    # Harbor's compose checks run `docker compose` (the plugin); Debian ships the older
+    # docker-compose only, so a compose task is linted only where the plugin is
+    docker = shutil.which("docker")
+    plugin = (
+        docker is not None
+        and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0
+    )
+    dirs = [str(t.path) for t in load_tasks(bundled_tasks_dir()) if plugin or t.compose is None]
     proc = subprocess.run([harbor, "lint", "--json", *dirs], capture_output=True, text=True, timeout=300)
     findings = json.loads(proc.stdout)
     # shared-verifier: Harbor suggests a separate verifier container; this adapter runs the

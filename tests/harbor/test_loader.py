@@ -30,7 +30,9 @@ def test_bundled_tasks_load_and_cover_the_kinds():
     for task in tasks:
         solutions = [s.solution_dir for s in task.steps] or [task.solution_dir]
         assert task.dockerfile is not None and all((d / "solve.sh").is_file() for d in solutions)
-        assert task.config.environment.network_mode is NetworkMode.NO_NETWORK
+        # no network, or (a multi-container task) only the task's own services
+        want = NetworkMode.NO_NETWORK if task.compose is None else NetworkMode.ALLOWLIST
+        assert task.config.environment.network_mode is want
         assert task.config.agent.timeout_sec and task.config.verifier.timeout_sec <= 60
         first = task.dockerfile.read_text().splitlines()[0]
         assert first.startswith("FROM skyrl-sandbox/"), f"{task.name}: images build offline from local bases"
@@ -161,11 +163,12 @@ def test_missing_files(make_task, tmp_path):
         dockerfile="FROM skyrl-sandbox/minimal\n",
         files={"environment/docker-compose.yaml": "services: {}\n"},
     )
-    assert "environment/docker-compose.yaml" in load_task(both).config.ignored  # the Dockerfile is used
+    compose = load_task(both).compose  # a compose file without services: main alone
+    assert compose is not None and compose.services == ()
     root = make_task(
         "q", toml="[agent]\ntimeout_sec = 5\n", files={"environment/docker-compose.yaml": "services: {}\n"}
     )
-    with pytest.raises(UnsupportedTaskError, match="docker-compose"):
+    with pytest.raises(TaskFileMissingError, match="docker-compose.yaml but no environment/Dockerfile"):
         load_task(root)
     with pytest.raises(TaskFileMissingError, match="not a directory"):
         load_task(tmp_path / "nowhere")
