@@ -10,7 +10,10 @@ The page has a summary (episodes, mean reward, masked episodes, stop reasons, a 
 histogram) and one foldable section per episode: its header (prompt id, group and sample,
 reward, turn rewards, stop reason, error), the conversation by role, and the token ids as the
 trainer sees them, colored by loss mask (sampled tokens vs. prompt and observation tokens), each
-turn's reward marked at its last token, logprobs on hover. One self-contained file, no script.
+turn's reward marked at its last token, logprobs on hover. A path of a captured session (an
+external harness's calls through ``skyrl serve``) also shows its branch, the branch it shares
+the most with and where it leaves it (a marker in the tokens), and the session's dropped retries.
+One self-contained file, no script.
 
 Sources: ``.jsonl`` (``skyrl rollout`` output, the trainer's ``trajectories.jsonl`` whose lines
 also carry a ``step``), ``.parquet``, or a directory searched for both.
@@ -108,6 +111,7 @@ details.ep.masked{border-color:#c33}summary{cursor:pointer}
 .tok{border-radius:2px}.tok.prompt{color:#777}.tok.m0{background:#e3e8f2}.tok.m1{background:#c9efd0}
 .reward{background:#f5c542;border-radius:3px;padding:0 3px;margin:0 2px;font-size:11px;font-weight:bold}
 .legend span{margin-right:12px}
+.fork{background:#b44ad4;color:#fff;border-radius:3px;padding:0 3px;margin:0 2px;font-size:11px}
 """
 
 
@@ -122,9 +126,22 @@ def _token_texts(ids: Sequence[int], tokenizer: Any) -> list[str]:
     return [tokenizer.decode([t], skip_special_tokens=False) if 0 <= t < vocab else f"[{t}]" for t in ids]
 
 
+def _fork_mark(t: Trajectory) -> tuple[int | None, str]:
+    """Where a captured session's branch leaves the branch it shares the most with (a position
+    in ``prompt_ids + response_ids``) and the marker shown there."""
+    at, other = t.env_metrics.get("fork_at"), t.env_metrics.get("forked_from")
+    if not isinstance(at, int) or other is None:
+        return None, ""
+    title = f"tokens before this are shared with branch {other}; from here on this branch differs"
+    return at, f'<span class="fork" title="{_esc(title)}">fork: branch {_esc(other)}</span>'
+
+
 def _tokens_html(t: Trajectory, tokenizer: Any) -> str:
     parts = ['<div class="tokens">']
-    for tid, text in zip(t.prompt_ids, _token_texts(t.prompt_ids, tokenizer), strict=True):
+    fork_at, fork = _fork_mark(t)
+    for i, (tid, text) in enumerate(zip(t.prompt_ids, _token_texts(t.prompt_ids, tokenizer), strict=True)):
+        if i == fork_at:
+            parts.append(fork)
         parts.append(f'<span class="tok prompt" title="prompt id {tid}">{_esc(text)}</span>')
     texts = _token_texts(t.response_ids, tokenizer)
     earlier = sum(len(seg.turn_spans) for seg in t.segments)  # turns before a context rewrite
@@ -135,6 +152,8 @@ def _tokens_html(t: Trajectory, tokenizer: Any) -> str:
         )
     ends = {end - 1: earlier + k for k, (_, end) in enumerate(t.turn_spans) if end > 0}
     for i, (tid, text) in enumerate(zip(t.response_ids, texts, strict=True)):
+        if fork_at is not None and i + len(t.prompt_ids) == fork_at:
+            parts.append(fork)
         mask = t.loss_mask[i]
         tip = f"id {tid}, loss mask {mask}"
         if t.rollout_logprobs is not None and mask:
@@ -174,6 +193,12 @@ def _episode_html(n: int, ep: Episode, tokenizer: Any) -> str:
         badges.append('<span class="badge bad">masked</span>')
     if ep.step is not None:
         badges.append(f'<span class="badge">step {ep.step}</span>')
+    m = t.env_metrics
+    if "branch" in m:  # a path of a captured session (skyrl_agent.server.sessions)
+        final = " (final)" if m.get("final") else ""
+        badges.append(
+            f'<span class="badge">branch {_esc(m["branch"])}/{_esc(m.get("branches"))}{final}</span>'
+        )
     head = (
         f"#{n} prompt {_esc(t.prompt_id)} (group {t.group_id}, sample {t.sample_index})"
         f"{' ' + _esc(t.env_id) if t.env_id else ''}"
@@ -182,11 +207,27 @@ def _episode_html(n: int, ep: Episode, tokenizer: Any) -> str:
         ("turn rewards", ", ".join(f"{r:g}" for r in t.turn_rewards) or "-"),
         ("grade reward", "-" if t.grade_reward is None else f"{t.grade_reward:g}"),
         ("truncated turns", t.truncated_turns),
-        ("tokens (prompt / response)", f"{len(t.prompt_ids)} / {len(t.response_ids)}"),
+        (
+            "tokens (prompt / response / trained)",
+            f"{len(t.prompt_ids)} / {len(t.response_ids)} / {sum(t.loss_mask)}",
+        ),
         ("llm / env seconds", f"{t.llm_seconds:.2f} / {t.env_seconds:.2f}"),
         ("env metrics", json.dumps(t.env_metrics, ensure_ascii=False)),
         ("source", ep.source),
     ]
+    if "branch" in m:
+        shared = (
+            f"shares its first {m['fork_at']} tokens with branch {m['forked_from']}"
+            if m.get("forked_from") is not None
+            else "the session's only branch"
+        )
+        rows.insert(
+            0,
+            (
+                "session",
+                f"{m.get('session_id', '-')}: {shared}; client retries dropped: {m.get('retries', 0)}",
+            ),
+        )
     if t.error:
         rows.insert(0, ("error", t.error))
     table = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in rows)
@@ -232,6 +273,11 @@ def render_html(episodes: Sequence[Episode], tokenizer: Any = None, title: str =
         ("stop reasons", ", ".join(f"{k}={v}" for k, v in sorted(reasons.items()))),
         ("mean turns", f"{sum(t.num_turns for t in trajs) / len(trajs):.2f}" if trajs else "-"),
     ]
+    sessions = Counter(str(t.env_metrics["session_id"]) for t in trajs if "branch" in t.env_metrics)
+    if sessions:
+        summary.append(
+            ("captured sessions (branches)", ", ".join(f"{k} ({v})" for k, v in sorted(sessions.items())))
+        )
     rows = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in summary)
     legend = (
         '<p class="legend"><span class="tok prompt">prompt</span><span class="tok m1">sampled (loss mask 1)</span>'

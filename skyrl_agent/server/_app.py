@@ -135,7 +135,8 @@ def build_app(policy: Policy, config: ServerConfig | None = None, store: Session
         @app.middleware("http")
         async def _auth(request: fastapi.Request, call_next: Any) -> Any:
             path = request.scope.get("path", "")  # not request.url: a hostile Host header breaks it
-            if path.startswith("/v1") and request.headers.get("authorization") != expected:
+            guarded = path.startswith(("/v1", "/s/"))
+            if guarded and request.headers.get("authorization") != expected:
                 error = ApiError(
                     401, "a wrong or missing API key", type="authentication_error", code="invalid_api_key"
                 )
@@ -170,6 +171,24 @@ def build_app(policy: Policy, config: ServerConfig | None = None, store: Session
     async def completions(req: CompletionRequest, x_session_id: str | None = fastapi.Header(None)) -> Any:
         body, stream = await _complete(core, req, x_session_id)
         return respond(body, stream, core.session_of(x_session_id, req.user))
+
+    # One base URL per trial (``{origin}/s/{session}/v1``), for harnesses that can set a base URL
+    # but no header or ``user`` (LiteLLM-based agents, Harbor's): the path names the session.
+    session_path = fastapi.Path(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9._~:@-]+$")
+
+    @app.post("/s/{session_id}/v1/chat/completions", responses=CHAT_RESPONSES)
+    async def chat_in(req: ChatRequest, session_id: str = session_path) -> Any:
+        body, stream = await _chat(core, req, session_id)
+        return respond(body, stream, session_id)
+
+    @app.post("/s/{session_id}/v1/completions", responses=COMPLETION_RESPONSES)
+    async def completions_in(req: CompletionRequest, session_id: str = session_path) -> Any:
+        body, stream = await _complete(core, req, session_id)
+        return respond(body, stream, session_id)
+
+    @app.get("/s/{session_id}/v1/models", responses=RESPONSES["models"])
+    async def models_in(session_id: str = session_path) -> dict[str, Any]:
+        return await models()
 
     @app.get("/v1/sessions", responses=RESPONSES["sessions"])
     async def sessions() -> dict[str, Any]:

@@ -193,7 +193,7 @@ def finish_document(schema: dict[str, Any], *, api_key: bool, model: str) -> dic
                     "description": _ERRORS[400],
                     "content": {"application/json": {"schema": error_ref}},
                 }
-            if api_key and path.startswith("/v1"):
+            if api_key and path.startswith(("/v1", "/s/")):
                 operation["security"] = [{"bearer": []}]
                 answers["401"] = {
                     "description": _ERRORS[401],

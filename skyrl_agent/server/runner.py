@@ -61,6 +61,14 @@ class ServerThread(AppThread):
         """The base URL clients take (``http://host:port/v1``)."""
         return f"{self.origin}/v1"
 
+    def session_url(self, session_id: str) -> str:
+        """A base URL whose calls are all recorded under ``session_id``
+        (``http://host:port/s/<session_id>/v1``): one per trial, for a harness that sets
+        nothing but its base URL."""
+        from urllib.parse import quote
+
+        return f"{self.origin}/s/{quote(session_id, safe='')}/v1"
+
     def __enter__(self) -> ServerThread:
         self.start()
         return self

@@ -11,6 +11,15 @@ tool results, the next generation prompt) join the trajectory with loss mask 0 a
 completion with mask 1. A call that continues nothing starts a new trajectory (step-wise, for
 agents that rewrite their history). A call with ``n`` > 1 forks one trajectory per choice.
 Only leaves are returned: a trajectory that a later call continued is part of the longer one.
+
+So a session is a tree of branches, and each root-to-leaf path is one trainable trajectory.
+A client *retry* (a call with exactly the prompt of an earlier call that nothing continued:
+the client never used that answer) replaces the earlier one instead of adding a branch. Each
+trajectory's ``env_metrics`` say where it sits: ``branch`` (its index), ``branches``,
+``forked_from`` and ``fork_at`` (the other branch it shares the longest prefix with, and the
+length of that shared prefix in tokens; None for a lone branch), ``final`` (it holds the session's last
+call) and ``retries`` (calls dropped as retries). :func:`select_paths` picks which paths train:
+``"all"``, ``"final"`` or a function of the list.
 """
 
 from __future__ import annotations
@@ -20,14 +29,27 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from skyrl_agent.server.types import CallRecord, ChoiceRecord
 from skyrl_agent.types import StopReason, Trajectory
+from skyrl_gym.errors import ConfigError
 
-__all__ = ["SessionStore", "calls_to_trajectories", "canonical_message", "Continuation", "with_reward"]
+__all__ = [
+    "SessionStore",
+    "calls_to_trajectories",
+    "canonical_message",
+    "Continuation",
+    "with_reward",
+    "select_paths",
+    "PathRule",
+]
+
+#: Which of a session's root-to-leaf paths train: every one, the one holding the last call, or a
+#: function of the list (it may drop, keep or reorder; it must return trajectories of the list).
+PathRule = Literal["all", "final"] | Callable[[list[Trajectory]], list[Trajectory]]
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +143,11 @@ class SessionStore:
         with self._lock:
             return {k: len(v) for k, v in self._sessions.items()}
 
-    def trajectories(self, session_id: str, reward: float = 0.0) -> list[Trajectory]:
-        """:func:`calls_to_trajectories` of ``session_id`` (empty for an unknown session)."""
-        return calls_to_trajectories(self.get(session_id) or [], reward=reward, session_id=session_id)
+    def trajectories(self, session_id: str, reward: float = 0.0, paths: PathRule = "all") -> list[Trajectory]:
+        """:func:`calls_to_trajectories` of ``session_id`` (empty for an unknown session), the
+        paths chosen by ``paths`` (:func:`select_paths`)."""
+        trajs = calls_to_trajectories(self.get(session_id) or [], reward=reward, session_id=session_id)
+        return select_paths(trajs, paths)
 
     def find_continuation(
         self, session_id: str, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
@@ -161,6 +185,8 @@ class _Node:
     messages: list[dict[str, Any]] = field(default_factory=list)
     sample_index: int = 0
     extended: bool = False
+    call_index: int = -1  # the call whose completion ends this node
+    retried: bool = False  # replaced by a later call with the same prompt (a client retry)
 
     @property
     def length(self) -> int:
@@ -191,6 +217,55 @@ def _parent(nodes: list[_Node], prompt_ids: Sequence[int]) -> _Node | None:
     return best
 
 
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix (a binary search over slice comparisons, which run
+    in C: sessions may have hundreds of long branches)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _fork_points(ids: list[list[int]]) -> list[tuple[int | None, int | None]]:
+    """For each branch, the other branch it shares the longest token prefix with (the lower
+    index on ties) and that prefix's length; (None, None) for a lone branch. The longest prefix
+    shared with any other sequence is shared with a neighbour in sorted order."""
+    order = sorted(range(len(ids)), key=lambda i: ids[i])
+    out: list[tuple[int | None, int | None]] = []
+    rank = {i: pos for pos, i in enumerate(order)}
+    for i in range(len(ids)):
+        pos = rank[i]
+        best: tuple[int | None, int | None] = (None, None)
+        for other in (order[pos - 1] if pos > 0 else None, order[pos + 1] if pos + 1 < len(order) else None):
+            if other is None:
+                continue
+            n = _common_prefix(ids[i], ids[other])
+            if best[1] is None or n > best[1] or (n == best[1] and other < (best[0] or 0)):
+                best = (other, n)
+        out.append(best)
+    return out
+
+
+def select_paths(trajectories: list[Trajectory], rule: PathRule = "all") -> list[Trajectory]:
+    """The paths of a session that train: ``"all"``, ``"final"`` (the one holding the session's
+    last call, by ``env_metrics["final"]``) or ``rule(trajectories)``."""
+    if callable(rule):
+        chosen = list(rule(list(trajectories)))
+        ids = {id(t) for t in trajectories}
+        if any(id(t) not in ids for t in chosen):
+            raise ConfigError("a path rule must return trajectories from the list it was given")
+        return chosen
+    if rule == "all":
+        return list(trajectories)
+    if rule == "final":
+        return [t for t in trajectories if t.env_metrics.get("final", True)][-1:]
+    raise ConfigError(f"unknown path rule {rule!r}; use 'all', 'final' or a function of the trajectories")
+
+
 def calls_to_trajectories(
     calls: Sequence[CallRecord], *, reward: float = 0.0, session_id: str = ""
 ) -> list[Trajectory]:
@@ -202,8 +277,16 @@ def calls_to_trajectories(
     external agent finished) and ``rollout_logprobs`` is None if any call had none.
     """
     nodes: list[_Node] = []
-    for call in calls:
+    by_prompt: dict[tuple[int, ...], list[_Node]] = {}
+    for index, call in enumerate(calls):
+        key = tuple(call.prompt_ids)
+        earlier = [n for n in by_prompt.get(key, []) if not n.extended and not n.retried]
+        if earlier:  # the same prompt again and nothing used the answer: a client retry
+            for node in earlier:
+                node.retried = True
         parent = _parent(nodes, call.prompt_ids)
+        if parent is not None:
+            parent.retried = False  # its answer was used after all
         for j, choice in enumerate(call.choices):
             if parent is None:
                 node = _Node(list(call.prompt_ids), sample_index=j)
@@ -228,12 +311,25 @@ def calls_to_trajectories(
             node.truncated += choice.finish_reason == "length"
             if call.kind == "chat":
                 node.messages = list(call.messages) + ([choice.message] if choice.message else [])
+            node.call_index = index
             nodes.append(node)
+            by_prompt.setdefault(key, []).append(node)
+    leaves = [n for n in nodes if not n.extended and not n.retried]
+    retries = len({n.call_index for n in nodes if n.retried})
+    last_call = max((n.call_index for n in leaves), default=-1)
+    forks = _fork_points([n.ids() for n in leaves])
     out = []
-    for node in nodes:
-        if node.extended:
-            continue
+    for k, node in enumerate(leaves):
         turns = len(node.spans)
+        forked_from, fork_at = forks[k]
+        where = {
+            "branch": k,
+            "branches": len(leaves),
+            "forked_from": forked_from,
+            "fork_at": fork_at,
+            "final": node.call_index == last_call,
+            "retries": retries,
+        }
         traj = Trajectory(
             prompt_ids=node.prompt_ids,
             response_ids=node.response_ids,
@@ -245,7 +341,7 @@ def calls_to_trajectories(
             num_turns=turns,
             turn_spans=node.spans,
             truncated_turns=node.truncated,
-            env_metrics={"session_id": session_id} if session_id else {},
+            env_metrics={**({"session_id": session_id} if session_id else {}), **where},
             prompt_id=session_id,
             sample_index=node.sample_index,
             messages=node.messages,
