@@ -31,3 +31,16 @@ def tiny_policy(tiny):
     policy = HFPolicy(model, tok, seed=0)
     yield policy
     policy.close()
+
+
+@pytest.fixture(scope="module")
+def hf_server(tiny):
+    """``skyrl serve``'s app on 127.0.0.1 in a thread, the tiny random model behind it."""
+    from skyrl_agent.policies.hf import HFPolicy
+    from skyrl_agent.server import ServerConfig, ServerThread
+
+    model, tok = tiny
+    policy = HFPolicy(model, tok, seed=0)
+    with ServerThread(policy, ServerConfig(model_name="tiny", max_model_len=512)) as server:
+        yield server
+    policy.close()

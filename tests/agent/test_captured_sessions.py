@@ -66,17 +66,6 @@ def test_path_rules_are_checked():
         select_paths(trajs, lambda ts: [calls_to_trajectories([_call([5], [6])])[0]])
 
 
-@pytest.fixture(scope="module")
-def server(tiny):
-    from skyrl_agent.policies.hf import HFPolicy
-
-    model, tok = tiny
-    policy = HFPolicy(model, tok, seed=0)
-    with ServerThread(policy, ServerConfig(model_name="tiny", max_model_len=512)) as srv:
-        yield srv
-    policy.close()
-
-
 def _harness(base_url: str, *, summarise: bool) -> None:
     """What an agent harness does with nothing but a base URL: turns that extend each other, a
     retried request, and (``summarise``) a rewrite of its own history."""
@@ -94,7 +83,8 @@ def _harness(base_url: str, *, summarise: bool) -> None:
         client.chat.completions.create(model="tiny", messages=notes, max_tokens=6, temperature=1.0)
 
 
-def test_each_trial_has_its_own_base_url_and_its_paths_train(server, tokenizer):
+def test_each_trial_has_its_own_base_url_and_its_paths_train(hf_server, tokenizer):
+    server = hf_server
     from skyrl_agent.models import tiny_random_model
     from trainers.config import TrainConfig
     from trainers.episodes import train_on_episodes

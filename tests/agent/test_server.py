@@ -39,17 +39,6 @@ TOOLS = [
 CALL_TEXT = 'Let me add.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 
 
-@pytest.fixture(scope="module")
-def hf_server(tiny):
-    from skyrl_agent.policies.hf import HFPolicy
-
-    model, tok = tiny
-    policy = HFPolicy(model, tok, seed=0)
-    with ServerThread(policy, ServerConfig(model_name="tiny", max_model_len=512)) as server:
-        yield server
-    policy.close()
-
-
 class CountingPolicy(ScriptedPolicy):
     """A scripted policy that also counts ``generate`` calls (batches)."""
 
