@@ -31,6 +31,7 @@ from harbor_adapter.errors import (
 from harbor_adapter.types import (
     AgentSection,
     ArtifactSpec,
+    CollectHook,
     EnvironmentSection,
     HarborStep,
     HarborTask,
@@ -102,7 +103,7 @@ _KNOWN: dict[str, set[str]] = {
 }
 _USED: dict[str, set[str]] = {
     "agent": {"timeout_sec", "user"},
-    "verifier": {"timeout_sec", "env", "user", "environment_mode", "environment"},
+    "verifier": {"timeout_sec", "env", "user", "environment_mode", "environment", "collect"},
     "environment": {
         "build_timeout_sec",
         "docker_image",
@@ -200,6 +201,7 @@ def parse_task_config(data: Mapping[str, Any], where: Path = Path("task.toml")) 
             timeout_sec=_number(verifier.get("timeout_sec", 600.0), "[verifier].timeout_sec", where),
             env=_string_map(verifier.get("env", {}), "[verifier].env", where),
             user=verifier.get("user"),
+            collect=_collect(verifier.get("collect", []), where),
             **_verifier_environment(verifier, where),
         )
         env_kwargs: dict[str, Any] = {}
@@ -340,15 +342,56 @@ def _artifacts(value: Any, where: Path) -> tuple[ArtifactSpec, ...]:
             raise TaskConfigError(
                 f"{where}: artifacts[{i}].source must be an absolute path without '..', got {source!r}"
             )
-        if entry.get("service") not in (None, "main"):
-            raise UnsupportedTaskError(
-                f"{where}: artifacts[{i}] names service {entry['service']!r}; multi-container tasks are not supported"
-            )
+        service = entry.get("service") or "main"
+        if not isinstance(service, str):
+            raise TaskConfigError(f"{where}: artifacts[{i}].service must be a service name, got {service!r}")
         exclude = entry.get("exclude", [])
         if not isinstance(exclude, list) or not all(isinstance(p, str) for p in exclude):
             raise TaskConfigError(f"{where}: artifacts[{i}].exclude must be a list of glob patterns")
-        out.append(ArtifactSpec(source.rstrip("/") or "/", tuple(exclude)))
+        out.append(ArtifactSpec(source.rstrip("/") or "/", tuple(exclude), service))
     return tuple(out)
+
+
+def _collect(value: Any, where: Path) -> tuple[CollectHook, ...]:
+    """``[[verifier.collect]]``: tables with ``command`` (and ``service``, ``timeout_sec``, ``user``)."""
+    if not isinstance(value, list):
+        raise TaskConfigError(f"{where}: [[verifier.collect]] must be a list of tables, got {value!r}")
+    out = []
+    for i, entry in enumerate(value):
+        at = f"{where}: verifier.collect[{i}]"
+        if (
+            not isinstance(entry, Mapping)
+            or not isinstance(entry.get("command"), str)
+            or not entry["command"]
+        ):
+            raise TaskConfigError(f"{at} must be a table with a command")
+        unknown = sorted(set(entry) - {"command", "service", "timeout_sec", "user"})
+        if unknown:
+            raise TaskConfigError(
+                f"{at} has unknown key(s) {unknown}; known: command, service, timeout_sec, user"
+            )
+        service = entry.get("service", "main")
+        if not isinstance(service, str) or not service:
+            raise TaskConfigError(f"{at}.service must be a service name, got {service!r}")
+        timeout = _number(entry.get("timeout_sec", 60.0), f"verifier.collect[{i}].timeout_sec", where)
+        out.append(CollectHook(entry["command"], service, timeout, entry.get("user")))
+    return tuple(out)
+
+
+def _check_services(task: HarborTask) -> None:
+    """Every artifact and collect hook that names a service names one of the task's."""
+    services = {s.name for s in task.compose.services} if task.compose is not None else set()
+    named = [(f"artifact {a.source}", a.service) for a in task.config.artifacts]
+    named += [
+        (f"artifact {a.source} of step {s.name!r}", a.service) for s in task.steps for a in s.config.artifacts
+    ]
+    named += [(f"collect hook {h.command!r}", h.service) for h in task.config.verifier.collect]
+    for what, service in named:
+        if service != "main" and service not in services:
+            have = sorted(services) or "none (no environment/docker-compose.yaml)"
+            raise TaskConfigError(
+                f"{task.path}: {what} names service {service!r}; the task's services: {have}"
+            )
 
 
 _STEP_KEYS = {"name", "agent", "verifier", "min_reward", "healthcheck", "artifacts"}
@@ -525,6 +568,7 @@ def load_task(path: str | Path) -> HarborTask:
         compose = parse_compose(task.compose_file, task.environment_dir)
         ignored = (*config.ignored, *(f"docker-compose.yaml: {key}" for key in compose.ignored))
         task = dataclasses.replace(task, compose=compose, config=dataclasses.replace(config, ignored=ignored))
+    _check_services(task)
     if task.dockerfile is None and config.environment.docker_image is None:
         if task.compose_file is not None:
             raise TaskFileMissingError(

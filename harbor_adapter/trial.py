@@ -49,7 +49,9 @@ import io
 import logging
 import posixpath
 import tarfile
+import threading
 import time
+from typing import Any
 
 from harbor_adapter.compose import MAIN, TaskServices
 from harbor_adapter.errors import RewardError, TrialError, TrialTimeoutError
@@ -57,6 +59,7 @@ from harbor_adapter.images import ensure_image, image_workdir
 from harbor_adapter.reward import REWARD_JSON, REWARD_TXT, VERIFIER_DIR, parse_reward
 from harbor_adapter.types import (
     ArtifactSpec,
+    CollectHook,
     HarborStep,
     HarborTask,
     TrialSettings,
@@ -83,6 +86,8 @@ _PREPARE = f"rm -rf {VERIFIER_DIR} {TESTS_DIR} && mkdir -p {VERIFIER_DIR} {TESTS
 # an agent command runs in bash where the image has it, else in sh
 _SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; else exec sh -c "$1"; fi'
 _SETUP = 'if command -v bash >/dev/null 2>&1; then exec bash "$1" 2>&1; else exec sh "$1" 2>&1; fi'
+# a collect hook in main as another user (util-linux's runuser, in Debian-based images)
+_AS_USER = 'command -v runuser >/dev/null 2>&1 || { echo "runuser is not in the image" >&2; exit 127; }; exec runuser -u "$1" -- /bin/sh -c "$2"'
 #: Largest verifier file read back (reward files, the test output).
 _READ_MAX = 1024 * 1024
 
@@ -336,6 +341,7 @@ class Trial:
         box = self._box()
         self.end_agent_phase()
         t0 = time.monotonic()
+        self._collect_hooks(box)
         if self.verifier_mode is VerifierMode.SEPARATE:
             if last:
                 box = self._separate_verifier(box)
@@ -354,7 +360,54 @@ class Trial:
                 f"could not restart {self.task.name!r}'s container for the verifier: {exc}"
             ) from exc
         self._tests_left = True
+        self._put_service_artifacts(box)
         return self._run_tests(box, t0)
+
+    # -- collect hooks and service artifacts (multi-container tasks) -------------------------------
+    def _service_container(self, name: str) -> Any:
+        if self.services is None:
+            raise TrialError(f"task {self.task.name!r}: service {name!r} is not running (no services)")
+        for container in self.services.containers():
+            if container.labels.get("com.docker.compose.service") == name:
+                return container
+        raise TrialError(f"task {self.task.name!r}: service {name!r} is not running")
+
+    def _collect_hooks(self, box: DockerSandbox) -> None:
+        """Run ``[[verifier.collect]]``: the hooks in ``main`` first, then (every process of the
+        agent killed by a restart, so nothing it left running races them) those in services.
+        A hook that fails or runs past its deadline is a :class:`TrialError` (the task's)."""
+        hooks = self.task.config.verifier.collect
+        for hook in (h for h in hooks if h.service == MAIN):
+            argv = ["/bin/sh", "-c", hook.command]
+            if hook.user is not None:  # the container runs as the agent's user; switch for the hook
+                argv = ["/bin/sh", "-c", _AS_USER, "collect", str(hook.user), hook.command]
+            result = box.exec(argv, timeout=hook.timeout_sec, workdir=self.workdir)
+            if not result.ok:
+                why = "ran past its deadline" if result.timed_out else f"exited {result.exit_code}"
+                raise TrialError(
+                    f"task {self.task.name!r}: collect hook {hook.command!r} {why}: {result.stderr[-500:]}"
+                )
+        service_hooks = [h for h in hooks if h.service != MAIN]
+        if not service_hooks:
+            return
+        try:
+            box.container.restart(timeout=0)
+        except Exception as exc:  # noqa: BLE001 - the daemon's error types vary
+            raise TrialError(f"could not stop the agent's processes in {self.task.name!r}: {exc}") from exc
+        for hook in service_hooks:
+            _exec_in(self._service_container(hook.service), hook, self.task.name)
+
+    def _service_artifacts(self) -> list[tuple[str, bytes | None]]:
+        specs = [*self.task.config.artifacts, *(self.step.config.artifacts if self.step is not None else ())]
+        return [
+            (spec.source, _collect_artifact(self._service_container(spec.service), spec))
+            for spec in specs
+            if spec.service != MAIN
+        ]
+
+    def _put_service_artifacts(self, box: DockerSandbox) -> None:
+        """A shared verifier finds the services' artifacts at their paths in ``main``."""
+        _put_artifacts(box, self._service_artifacts(), self.task.name)
 
     def _empty_verifier_dirs(self, box: DockerSandbox, when: str) -> None:
         """Empty ``/logs/verifier`` and ``/tests``, checked through the daemon (not with the
@@ -416,7 +469,12 @@ class Trial:
         for spec in (*self.task.config.artifacts, *step_artifacts):
             if spec.source not in {s.source for s in specs}:
                 specs.append(spec)
-        carried = [(spec.source, _collect_artifact(agent_box, spec)) for spec in specs]
+        carried = [
+            (spec.source, _collect_artifact(agent_box.container, spec))
+            for spec in specs
+            if spec.service == MAIN
+        ]
+        carried += self._service_artifacts()
         if not keep_agent:
             self.sandbox = None
             agent_box.close()  # the agent's processes and files go with it
@@ -426,15 +484,7 @@ class Trial:
         if not keep_agent:
             self.sandbox = box
         try:
-            for source, data in carried:
-                if data is None:
-                    continue
-                parent = posixpath.dirname(source) or "/"
-                made = box.exec(["mkdir", "-p", parent], timeout=30, workdir="/")
-                if not made.ok or not box.container.put_archive(parent, data):
-                    raise TrialError(
-                        f"could not put artifact {source} into {self.task.name!r}'s verifier container"
-                    )
+            _put_artifacts(box, carried, self.task.name)
         except BaseException:
             if keep_agent:  # not the trial's container: nothing else would remove it
                 box.close()
@@ -442,13 +492,51 @@ class Trial:
         return box
 
 
-def _collect_artifact(box: DockerSandbox, spec: ArtifactSpec) -> bytes | None:
-    """``spec.source`` as the daemon reads it out of the agent's container, repacked with only
-    regular files and directories (no links, devices or fifos), permission bits only (no
-    setuid/setgid/sticky), without the ``exclude`` patterns; None when it does not exist or is
-    larger than :data:`ARTIFACT_MAX_BYTES` (the verifier then finds it missing)."""
+def _put_artifacts(box: DockerSandbox, carried: list[tuple[str, bytes | None]], task: str) -> None:
+    """Put each artifact (a tar from :func:`_collect_artifact`) at its path in ``box``."""
+    for source, data in carried:
+        if data is None:
+            continue
+        parent = posixpath.dirname(source) or "/"
+        made = box.exec(["mkdir", "-p", parent], timeout=30, workdir="/")
+        if not made.ok or not box.container.put_archive(parent, data):
+            raise TrialError(f"could not put artifact {source} into {task!r}'s verifier container")
+
+
+def _exec_in(container: Any, hook: CollectHook, task: str) -> None:
+    """Run a collect hook in a service's container under its deadline (the exec runs in a
+    thread: the SDK's exec has no deadline of its own)."""
+    done: list[Any] = []
+
+    def run() -> None:
+        try:
+            user = "" if hook.user is None else str(hook.user)
+            done.append(container.exec_run(["/bin/sh", "-c", hook.command], user=user))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            done.append(exc)
+
+    thread = threading.Thread(target=run, name=f"harbor-collect-{task}", daemon=True)
+    thread.start()
+    thread.join(hook.timeout_sec)
+    if not done:
+        raise TrialTimeoutError(
+            f"task {task!r}: collect hook {hook.command!r} ran past {hook.timeout_sec:g} s"
+        )
+    result = done[0]
+    if isinstance(result, Exception):
+        raise TrialError(f"task {task!r}: collect hook {hook.command!r} could not run: {result}")
+    if result.exit_code != 0:
+        out = (result.output or b"").decode("utf-8", "replace")[-500:]
+        raise TrialError(f"task {task!r}: collect hook {hook.command!r} exited {result.exit_code}: {out}")
+
+
+def _collect_artifact(container: Any, spec: ArtifactSpec) -> bytes | None:
+    """``spec.source`` as the daemon reads it out of a container (the agent's or a service's),
+    repacked with only regular files and directories (no links, devices or fifos), permission
+    bits only (no setuid/setgid/sticky), without the ``exclude`` patterns; None when it does not
+    exist or is larger than :data:`ARTIFACT_MAX_BYTES` (the verifier then finds it missing)."""
     try:
-        stream, _ = box.container.get_archive(spec.source)
+        stream, _ = container.get_archive(spec.source)
     except docker_module().errors.NotFound:
         return None
     buf = io.BytesIO()

@@ -40,6 +40,7 @@ __all__ = [
     "StepConfig",
     "HarborStep",
     "ArtifactSpec",
+    "CollectHook",
     "AgentSection",
     "VerifierSection",
     "EnvironmentSection",
@@ -110,6 +111,25 @@ class ArtifactSpec:
     """Absolute path in the agent's container; the verifier finds it at the same path."""
     exclude: tuple[str, ...] = ()
     """Glob patterns (relative to ``source``) left out of a directory."""
+    service: str = "main"
+    """The container it is read from: ``main`` (the agent's) or a service of the task's
+    ``docker-compose.yaml``; the verifier finds it at ``source`` in its own container."""
+
+
+@dataclass(frozen=True)
+class CollectHook:
+    """``[[verifier.collect]]``: a command run in a container after the agent's turn ends and
+    before the artifacts are read (to snapshot a service's state into a file, say)."""
+
+    command: str
+    """Shell command (``sh -c``)."""
+    service: str = "main"
+    """Where it runs: ``main`` (the agent's container, its processes already killed when the
+    verifier shares it) or a service of the task's compose file."""
+    timeout_sec: float = 60.0
+    """Deadline of the command."""
+    user: str | int | None = None
+    """User it runs as; None keeps the container's."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +148,8 @@ class VerifierSection:
     docker_image: str | None = None
     """``[verifier.environment].docker_image``: a ready image for the separate verifier; None
     runs it from the task's own image."""
+    collect: tuple[CollectHook, ...] = ()
+    """``[[verifier.collect]]`` hooks, in order."""
 
     def __post_init__(self) -> None:
         _positive("[verifier].timeout_sec", self.timeout_sec)

@@ -232,3 +232,115 @@ def test_kill_9_of_the_owner_then_the_reaper_removes_services_and_network(base_i
             time.sleep(0.5)
     finally:
         client.close()
+
+
+COUNTER = """\
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+hits = 0
+
+
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        global hits
+        if self.path == "/hit":
+            hits += 1
+        body = str(hits).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+ThreadingHTTPServer(("0.0.0.0", 8080), H).serve_forever()
+"""
+SNAPSHOT = """\
+import os
+import urllib.request
+
+os.makedirs("/state", exist_ok=True)
+with open("/state/count.txt", "w") as f:
+    f.write(urllib.request.urlopen("http://127.0.0.1:8080/count").read().decode())
+"""
+
+
+def counter_task(make_task, mode: str):
+    toml = f"""\
+[agent]
+timeout_sec = 60.0
+
+[verifier]
+timeout_sec = 30.0
+environment_mode = "{mode}"
+
+[[verifier.collect]]
+service = "counter"
+command = "python3 /snapshot.py"
+
+[[verifier.collect]]
+command = "echo collected-in-main > /app/main-note.txt"
+
+[environment]
+memory_mb = 256
+
+[[artifacts]]
+source = "/state/count.txt"
+service = "counter"
+
+[[artifacts]]
+source = "/app/main-note.txt"
+"""
+    test_sh = """\
+        ok=0
+        [ "$(cat /state/count.txt)" = 3 ] && [ "$(cat /app/main-note.txt)" = collected-in-main ] && ok=1
+        echo $ok > /logs/verifier/reward.txt
+        """
+    return make_task(
+        toml=toml,
+        test_sh=test_sh,
+        dockerfile=DOCKERFILE,
+        files={
+            "environment/docker-compose.yaml": "services:\n  counter:\n    build: ./counter\n",
+            "environment/counter/Dockerfile": (
+                'FROM skyrl-sandbox/python:latest\nCOPY server.py snapshot.py /\nCMD ["python3", "/server.py"]\n'
+            ),
+            "environment/counter/server.py": COUNTER,
+            "environment/counter/snapshot.py": SNAPSHOT,
+        },
+    )
+
+
+def test_artifacts_and_collect_hooks_name_services_of_the_task(make_task):
+    root = counter_task(make_task, "separate")
+    task = load_task(root)
+    assert [(a.source, a.service) for a in task.config.artifacts] == [
+        ("/state/count.txt", "counter"),
+        ("/app/main-note.txt", "main"),
+    ]
+    assert [h.service for h in task.config.verifier.collect] == ["counter", "main"]
+    (root / "environment" / "docker-compose.yaml").write_text("services:\n  other:\n    build: ./counter\n")
+    with pytest.raises(HarborTaskError, match="names service 'counter'; the task's services: \\['other'\\]"):
+        load_task(root)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode", ["separate", "shared"])
+def test_collect_hooks_snapshot_a_service_for_the_verifier(base_images, make_task, mode):
+    """The service keeps its state in memory; a collect hook writes it to a file, which the
+    verifier reads as an artifact of that service (in a fresh container, or copied into main)."""
+    from harbor_adapter.trial import Trial
+
+    task = load_task(counter_task(make_task, mode))
+    hit = (
+        "python3 -c \"import urllib.request as u; [u.urlopen('http://counter:8080/hit') for _ in range(3)]\""
+    )
+    with Trial(task) as trial:
+        assert trial.verifier_mode.value == mode
+        assert trial.run(hit).ok
+        done = trial.verify()
+    assert done.reward == 1.0, done
+    with Trial(task) as trial:  # did nothing: the snapshot says 0
+        assert trial.verify().reward == 0.0
