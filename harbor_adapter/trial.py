@@ -24,9 +24,10 @@ With a separate verifier (``[verifier] environment_mode = "separate"``, a
 container at all: the daemon reads each artifact out of it (``/logs/artifacts`` and the task's
 ``artifacts``; regular files and directories only, permission bits without setuid/setgid,
 ``exclude`` patterns left out), the agent's container is removed, a fresh container starts from
-the verifier's image (the task's own unless ``[verifier.environment].docker_image``), the
-artifacts are put back at their paths, and the same steps run there. A binary the agent replaced
-(``python3``, ``grep``, the test runner) is not in that container.
+the verifier's image (``[verifier.environment].docker_image``, else one built from
+``tests/Dockerfile``, else the task's own), the artifacts are put back at their paths, and the
+same steps run there. A binary the agent replaced (``python3``, ``grep``, the test runner) is
+not in that container.
 
 A multi-container task (``environment/docker-compose.yaml``) starts its services first with
 Docker Compose on a network of the trial's own (internal unless ``network_mode = "public"``;
@@ -364,6 +365,27 @@ class Trial:
         return self._run_tests(box, t0)
 
     # -- collect hooks and service artifacts (multi-container tasks) -------------------------------
+    def _verifier_image(self) -> str:
+        """The separate verifier's image, as Harbor picks it: ``[verifier.environment]
+        .docker_image`` (the step's, else the task's), else one built from a ``Dockerfile`` in
+        the step's ``tests/``, else in the task's ``tests/`` (offline, content-hash tagged, under
+        ``build_timeout_sec``), else the task's own image."""
+        from harbor_adapter.images import IMAGE_REPO, ensure_built, folder_hash
+
+        if self.verifier.docker_image:
+            return self.verifier.docker_image
+        folders = [self.step.tests_dir] if self.step is not None else []
+        for folder in (*folders, self.task.tests_dir):
+            if (folder / "Dockerfile").is_file():
+                name = "".join(c if c.isalnum() or c in "._-" else "-" for c in self.task.name.lower())
+                tag = f"{IMAGE_REPO}/{name.strip('-._')[:90]}-verifier:{folder_hash(folder)[:16]}"
+                env = self.task.config.environment
+                budget = self.settings.build_timeout_s or env.build_timeout_sec
+                ensure_built(f"{self.task.name} (verifier)", folder, "Dockerfile", tag, budget)
+                return tag
+        assert self.image is not None
+        return self.image
+
     def _service_container(self, name: str) -> Any:
         if self.services is None:
             raise TrialError(f"task {self.task.name!r}: service {name!r} is not running (no services)")
@@ -478,8 +500,7 @@ class Trial:
         if not keep_agent:
             self.sandbox = None
             agent_box.close()  # the agent's processes and files go with it
-        image = self.verifier.docker_image or self.image
-        assert image is not None
+        image = self._verifier_image()
         box = self._start_container(image, self.verifier.user, phase="verifier")
         if not keep_agent:
             self.sandbox = box
