@@ -35,6 +35,7 @@ from harbor_adapter.types import (
     EnvironmentSection,
     HarborStep,
     HarborTask,
+    Healthcheck,
     NetworkMode,
     RewardStrategy,
     SolutionSection,
@@ -115,6 +116,7 @@ _USED: dict[str, set[str]] = {
         "storage",
         "gpus",
         "env",
+        "healthcheck",
         "workdir",
         "allow_internet",
         "network_mode",
@@ -238,6 +240,8 @@ def parse_task_config(data: Mapping[str, Any], where: Path = Path("task.toml")) 
         hosts = env.get("allowed_hosts") or []
         if hosts and env_kwargs.get("network_mode") is not NetworkMode.ALLOWLIST:
             raise TaskConfigError(f"{where}: allowed_hosts is only valid with network_mode = 'allowlist'")
+        if env.get("healthcheck") is not None:
+            env_kwargs["healthcheck"] = _healthcheck(env["healthcheck"], "[environment.healthcheck]", where)
         env_section = EnvironmentSection(
             **env_kwargs,
             allowed_hosts=tuple(str(h) for h in hosts),
@@ -263,11 +267,6 @@ def parse_task_config(data: Mapping[str, Any], where: Path = Path("task.toml")) 
     strategy = data.get("multi_step_reward_strategy")
     if strategy is not None and not steps:
         raise TaskConfigError(f"{where}: multi_step_reward_strategy is only for tasks with [[steps]]")
-    ignored += [
-        f"steps.{s.get('name')}.healthcheck"
-        for s in data.get("steps") or []
-        if isinstance(s, Mapping) and "healthcheck" in s
-    ]
     return TaskConfig(
         steps=steps,
         reward_strategy=RewardStrategy.MEAN
@@ -483,9 +482,37 @@ def _steps(value: Any, agent: AgentSection, verifier: VerifierSection, where: Pa
                 verifier=step_verifier_section,
                 min_reward=_min_reward(raw.get("min_reward"), at, where),
                 artifacts=_artifacts(raw.get("artifacts", []), where),
+                healthcheck=_healthcheck(raw["healthcheck"], f"steps[{i}].healthcheck", where)
+                if raw.get("healthcheck") is not None
+                else None,
             )
         )
     return tuple(out)
+
+
+_HEALTH_KEYS = {"command", "interval_sec", "timeout_sec", "start_period_sec", "start_interval_sec", "retries"}
+
+
+def _healthcheck(value: Any, at: str, where: Path) -> Healthcheck:
+    """A healthcheck table: ``command`` and Docker HEALTHCHECK's timing keys."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("command"), str) or not value["command"]:
+        raise TaskConfigError(f"{where}: {at} must be a table with a command")
+    unknown = sorted(set(value) - _HEALTH_KEYS)
+    if unknown:
+        raise TaskConfigError(
+            f"{where}: {at} has unknown key(s) {unknown}; known: {sorted(_HEALTH_KEYS)}."
+            + did_you_mean(unknown[0], _HEALTH_KEYS)
+        )
+    timing = {}
+    for key in ("interval_sec", "timeout_sec", "start_period_sec", "start_interval_sec"):
+        if key in value:
+            timing[key] = _number(value[key], f"{at}.{key}", where)
+            if timing[key] < 0 or (key == "timeout_sec" and timing[key] == 0):
+                raise TaskConfigError(f"{where}: {at}.{key} must be positive, got {value[key]!r}")
+    retries = value.get("retries", 3)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise TaskConfigError(f"{where}: {at}.retries must be a whole number >= 0, got {retries!r}")
+    return Healthcheck(value["command"], retries=retries, **timing)
 
 
 def _load_steps(root: Path, config: TaskConfig) -> tuple[HarborStep, ...]:

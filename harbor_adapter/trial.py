@@ -63,6 +63,7 @@ from harbor_adapter.types import (
     CollectHook,
     HarborStep,
     HarborTask,
+    Healthcheck,
     TrialSettings,
     VerifierMode,
     VerifierResult,
@@ -201,6 +202,13 @@ class Trial:
         self.start_seconds = time.monotonic() - t0
         with contextlib.suppress(SandboxError):  # Harbor's layout: the agent may log to /logs/agent
             self.sandbox.exec(f"mkdir -p /logs/agent {ARTIFACTS_DIR} {VERIFIER_DIR}", timeout=30, workdir="/")
+        check = self.task.config.environment.healthcheck
+        if check is not None:
+            try:
+                self._run_healthcheck(check, "the environment's")
+            except BaseException:
+                self.close()  # a failed start leaves nothing behind (``with`` never calls __exit__)
+                raise
         self.agent_started = time.monotonic()
 
     def _start_services(self) -> TaskServices:
@@ -282,8 +290,36 @@ class Trial:
                 raise TrialError(
                     f"task {self.task.name!r}, step {step.name!r}: workdir/setup.sh {why}: {setup.stdout[-500:]}"
                 )
+        if step.config.healthcheck is not None:
+            self._run_healthcheck(step.config.healthcheck, f"step {step.name!r}'s")
         self.agent_started = time.monotonic()
         self.agent_ended = None
+
+    def _run_healthcheck(self, check: Healthcheck, whose: str) -> None:
+        """Run ``check`` in the agent's container until it passes, by Docker HEALTHCHECK's rules
+        (failures in the start period do not count; ``retries`` consecutive failures after it
+        fail); a failure is a :class:`TrialError` (the task's: the episode is masked)."""
+        box = self._box()
+        start = time.monotonic()
+        failures = 0
+        while True:
+            result = box.exec(
+                ["/bin/sh", "-c", check.command], timeout=check.timeout_sec, workdir=self.workdir
+            )
+            if result.ok:
+                return
+            if time.monotonic() - start < check.start_period_sec:
+                time.sleep(check.start_interval_sec)
+                continue
+            failures += 1
+            if failures > check.retries:
+                out = (result.stdout + result.stderr)[-500:]
+                why = "ran past its deadline" if result.timed_out else f"exited {result.exit_code}"
+                raise TrialError(
+                    f"task {self.task.name!r}: {whose} healthcheck {check.command!r} failed {failures} times "
+                    f"in a row (last: {why}): {out}"
+                )
+            time.sleep(check.interval_sec)
 
     def close(self) -> None:
         """Remove the container (and a multi-container task's services and network). Idempotent."""

@@ -38,6 +38,7 @@ __all__ = [
     "VerifierMode",
     "RewardStrategy",
     "StepConfig",
+    "Healthcheck",
     "HarborStep",
     "ArtifactSpec",
     "CollectHook",
@@ -166,6 +167,27 @@ class RewardStrategy(StrEnum):
 
 
 @dataclass(frozen=True)
+class Healthcheck:
+    """``[environment.healthcheck]`` / ``[steps.healthcheck]``: a command that must pass in the
+    agent's container before the agent (of the task, or of the step) starts, with Docker
+    HEALTHCHECK's rules: failures in the start period do not count; past it, the check fails
+    after ``retries`` consecutive failures."""
+
+    command: str
+    """Shell command; exit 0 is healthy."""
+    interval_sec: float = 5.0
+    """Seconds between attempts after the start period."""
+    timeout_sec: float = 30.0
+    """Deadline of one attempt."""
+    start_period_sec: float = 0.0
+    """Grace period from the first attempt during which failures do not count."""
+    start_interval_sec: float = 5.0
+    """Seconds between attempts in the start period."""
+    retries: int = 3
+    """Consecutive failures (after the start period) that fail the check."""
+
+
+@dataclass(frozen=True)
 class StepConfig:
     """One ``[[steps]]`` table: a step's name, budgets and gate."""
 
@@ -181,6 +203,8 @@ class StepConfig:
     gates each named key, a missing key failing)."""
     artifacts: tuple[ArtifactSpec, ...] = ()
     """More artifacts for this step's separate verifier (besides the task's)."""
+    healthcheck: Healthcheck | None = None
+    """``[steps.healthcheck]``: must pass after the step's ``setup.sh``, before its agent turn."""
 
     def gate_failure(self, metrics: Mapping[str, float]) -> str | None:
         """Why ``metrics`` (the step's reward values) miss :attr:`min_reward`; None when they
@@ -198,6 +222,9 @@ class StepConfig:
 @dataclass(frozen=True)
 class EnvironmentSection:
     """``[environment]``: the container."""
+
+    healthcheck: Healthcheck | None = None
+    """``[environment.healthcheck]``: must pass once the container is up, before the agent."""
 
     docker_image: str | None = None
     """A ready image; when set, ``environment/Dockerfile`` is optional (no registry is pulled)."""
@@ -271,7 +298,7 @@ class TaskConfig:
     name: str | None = None
     """``[task].name`` when the task declares one."""
     ignored: tuple[str, ...] = ()
-    """Keys Harbor knows that this adapter does not act on (``mcp_servers``, ``healthcheck``...)."""
+    """Keys Harbor knows that this adapter does not act on (``mcp_servers``, ``skills_dir``...)."""
     artifacts: tuple[ArtifactSpec, ...] = ()
     """``artifacts``: what a separate verifier gets from the agent's container (besides
     ``/logs/artifacts``, which it always gets)."""

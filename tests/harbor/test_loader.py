@@ -70,7 +70,7 @@ def test_task_fields(make_task):
     e = c.environment
     assert (e.cpus, e.memory_mb, e.storage_mb, e.workdir, dict(e.env)) == (0.5, 300, 100, "/srv", {"A": "b"})
     assert e.network_mode is NetworkMode.NO_NETWORK and not e.network  # unset: no network
-    assert "environment.healthcheck" in c.ignored
+    assert "environment.healthcheck" not in c.ignored and c.environment.healthcheck.command == "true"
     assert c.metadata == {"difficulty": "hard"} and c.schema_version == "1.1"
 
 
