@@ -33,9 +33,10 @@ def tiny_policy(tiny):
     policy.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def hf_server(tiny):
-    """``skyrl serve``'s app on 127.0.0.1 in a thread, the tiny random model behind it."""
+    """``skyrl serve``'s app on 127.0.0.1 in a thread, the tiny random model behind it (one for
+    the session: starting it takes about half a minute; tests use session names of their own)."""
     from skyrl_agent.policies.hf import HFPolicy
     from skyrl_agent.server import ServerConfig, ServerThread
 
