@@ -271,14 +271,6 @@ def compose_command() -> list[str]:
     )
 
 
-def _tag(task: HarborTask, service: ComposeService) -> str:
-    from harbor_adapter.images import IMAGE_REPO, folder_hash
-
-    assert service.build_context is not None
-    name = "".join(c if c.isalnum() or c in "._-" else "-" for c in f"{task.name}-{service.name}".lower())
-    return f"{IMAGE_REPO}/{name.strip('-._')[:100]}:{folder_hash(service.build_context, service.dockerfile)[:16]}"
-
-
 class TaskServices:
     """The services of one trial (see the module docstring): ``start`` builds and starts them,
     ``close`` removes every container, volume and the network (idempotent)."""
@@ -314,14 +306,16 @@ class TaskServices:
 
     # -- start ---------------------------------------------------------------------------------
     def _images(self, client: Any) -> dict[str, str]:
-        from harbor_adapter.images import ensure_built
+        from harbor_adapter.images import ensure_built, folder_tag
         from skyrl_gym.sandbox._dockerlib import find_image
 
         start = time.monotonic()
         images = {}
         for service in self.spec.services:
             if service.build_context is not None:
-                tag = _tag(self.task, service)
+                tag = folder_tag(
+                    f"{self.task.name}-{service.name}", service.build_context, service.dockerfile
+                )
                 budget = self.build_timeout_s - (time.monotonic() - start)
                 ensure_built(
                     f"{self.task.name}/{service.name}", service.build_context, service.dockerfile, tag, budget

@@ -31,6 +31,7 @@ from skyrl_gym.sandbox._dockerlib import docker_client, docker_module, find_imag
 __all__ = [
     "context_hash",
     "folder_hash",
+    "folder_tag",
     "ensure_built",
     "image_tag",
     "ensure_image",
@@ -72,8 +73,15 @@ def image_tag(task: HarborTask) -> str:
     """The image a task runs in: ``[environment].docker_image``, else the content-hash tag."""
     if task.config.environment.docker_image:
         return task.config.environment.docker_image
-    name = re.sub(r"[^a-z0-9._-]+", "-", task.name.lower()).strip("-._") or "task"
-    return f"{IMAGE_REPO}/{name[:100]}:{context_hash(task)[:16]}"
+    return folder_tag(task.name, task.environment_dir)
+
+
+def folder_tag(name: str, folder: Path, dockerfile: str = "Dockerfile") -> str:
+    """``skyrl-harbor/<name>:<hash of folder>``: the tag of an image built from ``folder`` (a
+    task's ``environment/``, a service's build folder, a verifier's ``tests/``), the name made
+    safe for Docker."""
+    safe = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-._") or "task"
+    return f"{IMAGE_REPO}/{safe[:100]}:{folder_hash(folder, dockerfile)[:16]}"
 
 
 def _lock_for(tag: str) -> threading.Lock:

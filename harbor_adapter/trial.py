@@ -400,21 +400,20 @@ class Trial:
         self._put_service_artifacts(box)
         return self._run_tests(box, t0)
 
-    # -- collect hooks and service artifacts (multi-container tasks) -------------------------------
+    # -- what the verifier gets: its image, collect hooks, service artifacts -----------------------
     def _verifier_image(self) -> str:
         """The separate verifier's image, as Harbor picks it: ``[verifier.environment]
         .docker_image`` (the step's, else the task's), else one built from a ``Dockerfile`` in
         the step's ``tests/``, else in the task's ``tests/`` (offline, content-hash tagged, under
         ``build_timeout_sec``), else the task's own image."""
-        from harbor_adapter.images import IMAGE_REPO, ensure_built, folder_hash
+        from harbor_adapter.images import ensure_built, folder_tag
 
         if self.verifier.docker_image:
             return self.verifier.docker_image
         folders = [self.step.tests_dir] if self.step is not None else []
         for folder in (*folders, self.task.tests_dir):
             if (folder / "Dockerfile").is_file():
-                name = "".join(c if c.isalnum() or c in "._-" else "-" for c in self.task.name.lower())
-                tag = f"{IMAGE_REPO}/{name.strip('-._')[:90]}-verifier:{folder_hash(folder)[:16]}"
+                tag = folder_tag(f"{self.task.name}-verifier", folder)
                 env = self.task.config.environment
                 budget = self.settings.build_timeout_s or env.build_timeout_sec
                 ensure_built(f"{self.task.name} (verifier)", folder, "Dockerfile", tag, budget)
