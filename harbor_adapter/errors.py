@@ -37,8 +37,8 @@ class TaskConfigError(HarborTaskError):
 
 
 class UnsupportedTaskError(HarborTaskError):
-    """The task asks for something this adapter cannot run (GPUs, Windows, multi-step,
-    docker-compose services)."""
+    """The task asks for something this adapter cannot run (GPUs, Windows, a Compose service
+    key that would escape the sandbox)."""
 
 
 class TrialError(InfrastructureError):

@@ -6,6 +6,10 @@ environment. This module finds (or makes) a virtual environment with it::
     python -m harbor_adapter.harbor_env            # make it (pip from the package index) and print its python
     python -m harbor_adapter.harbor_env --find     # print it, exit 1 when there is none
 
+Run Harbor with :func:`harbor_subprocess_env` as the environment: it puts this project's Harbor
+environment class (``harbor_plugin/skyrl_docker_env.py``) on ``PYTHONPATH`` and keeps Harbor and
+LiteLLM off the network (no telemetry, no model-table fetch).
+
 The location is ``$SKYRL_HARBOR_VENV``, else ``~/.cache/skyrl/harbor-<version>-py312``. Python
 3.12 is ``$SKYRL_PYTHON312``, ``python3.12`` on ``PATH``, or a pyenv 3.12 install.
 """
@@ -22,10 +26,36 @@ from pathlib import Path
 
 from skyrl_gym.errors import MissingDependencyError, SkyRLError
 
-__all__ = ["HARBOR_VERSION", "venv_dir", "find_harbor_python", "find_python312", "create_harbor_venv"]
+__all__ = [
+    "HARBOR_VERSION",
+    "venv_dir",
+    "find_harbor_python",
+    "find_python312",
+    "create_harbor_venv",
+    "harbor_subprocess_env",
+    "plugin_dir",
+]
 
 #: The Harbor release this adapter is checked against.
 HARBOR_VERSION = "0.25.0"
+
+
+def plugin_dir() -> Path:
+    """The folder holding ``skyrl_docker_env.py`` (put it on Harbor's ``PYTHONPATH``)."""
+    return Path(__file__).resolve().parent / "harbor_plugin"
+
+
+def harbor_subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a Harbor subprocess: the plugin on ``PYTHONPATH``, Harbor's telemetry
+    off, LiteLLM on its bundled model table (no fetch), a placeholder key for local endpoints."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(plugin_dir()), env.get("PYTHONPATH", "")) if p)
+    env["HARBOR_TELEMETRY"] = "0"
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    env.setdefault("HOSTED_VLLM_API_KEY", "local")
+    env.setdefault("OPENAI_API_KEY", "local")
+    env.update(extra or {})
+    return env
 
 
 def venv_dir() -> Path:

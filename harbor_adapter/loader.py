@@ -142,6 +142,16 @@ def _check_keys(table: Mapping[str, Any], section: str, where: Path) -> None:
             )
 
 
+def _known_keys(table: Mapping[str, Any], known: set[str] | frozenset[str], at: str) -> None:
+    """Raise :class:`TaskConfigError` naming the keys of ``table`` not in ``known`` (``at``: where
+    the table is), with the known ones and a "did you mean" for the first."""
+    unknown = sorted(str(k) for k in set(table) - set(known))
+    if unknown:
+        raise TaskConfigError(
+            f"{at} has unknown key(s) {unknown}; known: {sorted(known)}." + did_you_mean(unknown[0], known)
+        )
+
+
 def _table(data: Mapping[str, Any], name: str, where: Path) -> dict[str, Any]:
     value = data.get(name, {})
     if not isinstance(value, Mapping):
@@ -313,9 +323,7 @@ def _verifier_environment(verifier: Mapping[str, Any], where: Path) -> dict[str,
             f"{where}: [verifier.environment] conflicts with environment_mode = 'shared'; drop one of them"
         )
     out["environment_mode"] = VerifierMode.SEPARATE
-    unknown = sorted(set(environment) - _KNOWN["environment"])
-    if unknown:
-        raise TaskConfigError(f"{where}: unknown key(s) {unknown} in [verifier.environment]")
+    _known_keys(environment, _KNOWN["environment"], f"{where}: [verifier.environment]")
     image = environment.get("docker_image")
     if image is not None and not isinstance(image, str):
         raise TaskConfigError(f"{where}: [verifier.environment].docker_image must be a string, got {image!r}")
@@ -333,9 +341,7 @@ def _artifacts(value: Any, where: Path) -> tuple[ArtifactSpec, ...]:
             entry = {"source": entry}
         if not isinstance(entry, Mapping) or not isinstance(entry.get("source"), str):
             raise TaskConfigError(f"{where}: artifacts[{i}] must be a path or a table with a 'source' path")
-        unknown = sorted(set(entry) - {"source", "destination", "exclude", "service"})
-        if unknown:
-            raise TaskConfigError(f"{where}: artifacts[{i}] has unknown key(s) {unknown}")
+        _known_keys(entry, {"source", "destination", "exclude", "service"}, f"{where}: artifacts[{i}]")
         source = entry["source"]
         if not source.startswith("/") or ".." in PurePosixPath(source).parts:
             raise TaskConfigError(
@@ -364,11 +370,7 @@ def _collect(value: Any, where: Path) -> tuple[CollectHook, ...]:
             or not entry["command"]
         ):
             raise TaskConfigError(f"{at} must be a table with a command")
-        unknown = sorted(set(entry) - {"command", "service", "timeout_sec", "user"})
-        if unknown:
-            raise TaskConfigError(
-                f"{at} has unknown key(s) {unknown}; known: command, service, timeout_sec, user"
-            )
+        _known_keys(entry, {"command", "service", "timeout_sec", "user"}, at)
         service = entry.get("service", "main")
         if not isinstance(service, str) or not service:
             raise TaskConfigError(f"{at}.service must be a service name, got {service!r}")
@@ -422,12 +424,7 @@ def _steps(value: Any, agent: AgentSection, verifier: VerifierSection, where: Pa
         at = f"{where}: steps[{i}]"
         if not isinstance(raw, Mapping):
             raise TaskConfigError(f"{at} must be a table")
-        unknown = sorted(set(raw) - _STEP_KEYS)
-        if unknown:
-            raise TaskConfigError(
-                f"{at} has unknown key(s) {unknown}; known: {sorted(_STEP_KEYS)}."
-                + did_you_mean(unknown[0], _STEP_KEYS)
-            )
+        _known_keys(raw, _STEP_KEYS, at)
         name = raw.get("name")
         if not isinstance(name, str) or not _STEP_NAME.match(name):
             raise TaskConfigError(
@@ -497,12 +494,7 @@ def _healthcheck(value: Any, at: str, where: Path) -> Healthcheck:
     """A healthcheck table: ``command`` and Docker HEALTHCHECK's timing keys."""
     if not isinstance(value, Mapping) or not isinstance(value.get("command"), str) or not value["command"]:
         raise TaskConfigError(f"{where}: {at} must be a table with a command")
-    unknown = sorted(set(value) - _HEALTH_KEYS)
-    if unknown:
-        raise TaskConfigError(
-            f"{where}: {at} has unknown key(s) {unknown}; known: {sorted(_HEALTH_KEYS)}."
-            + did_you_mean(unknown[0], _HEALTH_KEYS)
-        )
+    _known_keys(value, _HEALTH_KEYS, f"{where}: {at}")
     timing = {}
     for key in ("interval_sec", "timeout_sec", "start_period_sec", "start_interval_sec"):
         if key in value:

@@ -18,8 +18,9 @@ import argparse
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["add_command", "main"]
+__all__ = ["add_command", "add_server_arguments", "build_server", "main"]
 
 
 def add_command(subparsers: argparse._SubParsersAction) -> None:
@@ -30,11 +31,13 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_arguments(p)
+    add_server_arguments(p)
     p.set_defaults(handler=_serve)
 
 
-def _add_arguments(p: argparse.ArgumentParser) -> None:
+def add_server_arguments(p: argparse.ArgumentParser) -> None:
+    """``skyrl serve``'s flags (the model, the context, limits, the listening address) on ``p``;
+    :func:`build_server` reads them."""
     p.add_argument(
         "--model",
         default="smollm2-135m",
@@ -72,12 +75,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
 
-def _serve(args: argparse.Namespace) -> int:
+def build_server(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The policy and :class:`~skyrl_agent.server.types.ServerConfig` that the flags of
+    :func:`add_server_arguments` name (the caller closes the policy)."""
     import torch
 
     from skyrl_agent.models import BUNDLED_MODEL, tiny_random_model
     from skyrl_agent.policies.hf import HFPolicy
-    from skyrl_agent.server.runner import run_server
     from skyrl_agent.server.types import ServerConfig
     from skyrl_gym.errors import require
 
@@ -113,6 +117,13 @@ def _serve(args: argparse.Namespace) -> int:
         request_timeout_s=args.request_timeout,
         api_key=args.api_key or os.environ.get("SKYRL_SERVE_API_KEY") or None,
     )
+    return policy, config
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from skyrl_agent.server.runner import run_server
+
+    policy, config = build_server(args)
     try:
         run_server(policy, config, host=args.host, port=args.port, log_level=args.log_level)
     finally:
@@ -125,5 +136,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="skyrl serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    _add_arguments(parser)
+    add_server_arguments(parser)
     return _serve(parser.parse_args(argv))

@@ -84,6 +84,7 @@ RECIPES: dict[str, ImageRecipe] = {
             "unzip",
             "xz-utils",
             "less",
+            "tmux",
         ),
     ),
 }

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from harbor_adapter import bundled_tasks_dir, load_tasks
-from harbor_adapter.harbor_env import find_harbor_python, venv_dir
+from harbor_adapter.harbor_env import find_harbor_python, harbor_subprocess_env, venv_dir
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,11 @@ def test_harbor_loads_our_tasks_like_we_do(harbor_python):
     ours = {t.name: t for t in load_tasks(bundled_tasks_dir())}
     dirs = [str(t.path) for t in ours.values()]
     proc = subprocess.run(
-        [harbor_python, "-c", READ_TASKS, *dirs], capture_output=True, text=True, timeout=300
+        [harbor_python, "-c", READ_TASKS, *dirs],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=harbor_subprocess_env(),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     theirs = json.loads(proc.stdout)
@@ -122,7 +126,13 @@ def test_harbor_lint_finds_nothing_but_the_shared_verifier_note(harbor_python):
         and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0
     )
     dirs = [str(t.path) for t in load_tasks(bundled_tasks_dir()) if plugin or t.compose is None]
-    proc = subprocess.run([harbor, "lint", "--json", *dirs], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [harbor, "lint", "--json", *dirs],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=harbor_subprocess_env(),
+    )
     findings = json.loads(proc.stdout)
     # shared-verifier: Harbor suggests a separate verifier container; this adapter runs the
     # verifier in the agent's container after killing its processes (decision 0012)
@@ -156,7 +166,13 @@ def test_older_allow_internet_reads_the_same(harbor_python, make_task, env_table
 
     root = make_task("legacy", toml=f'[environment]\ndocker_image = "x"\n{env_table}\n')
     code = "import sys; from harbor.models.task.task import Task; print(Task(sys.argv[1]).config.environment.network_mode.value)"
-    proc = subprocess.run([harbor_python, "-c", code, str(root)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [harbor_python, "-c", code, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=harbor_subprocess_env(),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     ours = load_task(root).config.environment.network_mode.value
     if mode is None:  # unset: Harbor gives a network, we give none (decision 0012)
