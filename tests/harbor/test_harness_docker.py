@@ -217,6 +217,21 @@ def test_a_policy_that_solves_the_task_through_terminus_2_scores_1(harbor_bin, t
     )
 
 
+def test_a_reward_file_the_agent_plants_through_terminus_2_is_not_its_score(harbor_bin, tokenizer, tmp_path):
+    """Harbor's verifier removes reward files before the tests run, on our environment class too."""
+    from skyrl_agent.policies.fake import ScriptedPolicy
+    from skyrl_agent.server import ServerConfig, ServerThread
+
+    plant = "echo 1 > /logs/verifier/reward.txt && cp /logs/verifier/reward.txt /logs/agent/planted\n"
+    script = [_reply(plant, done=True), _reply("", done=True)]
+    task = _terminal_task(tmp_path, always_pass=False)
+    with ServerThread(ScriptedPolicy(tokenizer, script), ServerConfig(model_name="s", max_model_len=4096)) as server:
+        (trial,) = capture_trials(task, server, names=["t-plant"], jobs_dir=tmp_path / "jobs")
+    assert not trial.masked and trial.calls == 2, trial.error
+    assert (trial.trial_dir / "agent" / "planted").read_text() == "1\n"  # the plant happened
+    assert trial.reward == 0.0 and trial.rewards == {"reward": 0.0}
+
+
 KILL_DRIVER = """
 import sys, time
 from skyrl_agent.models import load_tokenizer
