@@ -363,11 +363,15 @@ class PrefixStore:
             return None
         return best_key, best_len
 
-    def take_found(self, key: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The first ``n`` columns of entry ``key`` (from :meth:`find`). An entry used whole is
-        removed (the next turn extends it and stores a longer one when it finishes); one used in
-        part (a system prompt shared by other prompts) stays, as the most recently used."""
-        entry = self._entries[key]
+    def take_found(self, key: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """The first ``n`` columns of entry ``key`` (from :meth:`find`), or None when that entry
+        has been evicted since. An entry used whole is removed (the next turn extends it and
+        stores a longer one when it finishes); one used in part (a system prompt shared by other
+        prompts) stays, as the most recently used. The columns handed out stay valid after the
+        entry is evicted."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
         if n == len(entry.ids):
             del self._entries[key]
             self.nbytes -= entry.nbytes
@@ -383,7 +387,8 @@ class PrefixStore:
         if found is None:
             return None
         key, n = found
-        return n, self.take_found(key, n)
+        kv = self.take_found(key, n)
+        return None if kv is None else (n, kv)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -622,14 +627,21 @@ class InferenceEngine:
             hit = self.store.find(row.prompt, version) if self.config.prefix_cache_bytes else None
             groups.setdefault(hit, []).append(row)
         fresh = groups.pop(None, [])
+        # Every hit's KV is taken before any prefill runs: a prefill stores prefixes (put), which
+        # may evict an entry found above. Ascending length: an entry used in part by one group and
+        # whole by another (which removes it) hands out its part first.
+        hits: list[tuple[list[_Row], int, _KV]] = []
+        for (key, n), members in sorted(groups.items(), key=lambda kv: kv[0][1]):
+            kv = self.store.take_found(key, n)
+            if kv is None:  # gone since find (cannot happen while takes precede prefills)
+                fresh += members
+                continue
+            self._stats.reused_tokens += n * len(members)
+            hits.append((members, n, kv))
         if fresh:
             self._prefill_isolated(fresh, [r.prompt for r in fresh], [])
         singles: list[tuple[_Row, int, _KV]] = []
-        # ascending length: an entry used in part by one group and whole by another (which removes
-        # it) hands out its part first
-        for (key, n), members in sorted(groups.items(), key=lambda kv: kv[0][1]):
-            kv = self.store.take_found(key, n)
-            self._stats.reused_tokens += n * len(members)
+        for members, n, kv in hits:
             if len(members) == 1:
                 singles.append((members[0], n, kv))
             else:

@@ -319,3 +319,36 @@ def test_update_weights_waits_for_running_rows(tiny, tokenizer):
     finally:
         engine.close()
         reference.close()
+
+
+def test_a_prefix_stored_by_one_newcomer_cannot_evict_what_another_was_promised(tiny, tokenizer):
+    """Admitted together: the next turn of an episode (its KV found in the store) and a group of
+    fresh identical prompts whose shared prefix, stored during their prefill, evicts that entry
+    (the store holds one). The found KV is taken first, so nothing fails and results are exact.
+    (Before: a KeyError failed every row of the step, seen in a main-job run.)"""
+    a1 = tokenizer.encode("User: compute 6 * 7 for me, then answer.\nAssistant:")
+    group = tokenizer.encode("Zebra notes: " + "stripes and grass, " * 6 + "\nAssistant:")
+    engine = HFPolicy(*tiny, seed=0, engine=EngineConfig(prefix_cache_bytes=0))
+    reference = HFPolicy(*tiny, seed=0, scheduler="static", max_batch_size=1)
+    try:
+        out1 = engine.generate_sync([GenerateRequest(a1, GREEDY)])[0]
+        a2 = _next_turn(a1, out1, tokenizer)
+        per_token = 512  # the tiny model's KV bytes a token
+        entry = (len(a1) + len(out1.token_ids) - 1) * per_token
+        assert len(group) * per_token > entry  # the group's prefix alone needs the room
+        bound = len(group) * per_token + entry // 2  # room for either, not both
+        engine.close()
+        engine = HFPolicy(*tiny, seed=0, engine=EngineConfig(prefix_cache_bytes=bound))
+        engine.generate_sync([GenerateRequest(a1, GREEDY)])
+        assert len(engine.engine.store) == 1
+        before = engine.engine_stats()
+        reqs = [GenerateRequest(a2, GREEDY)] + [GenerateRequest(group, GREEDY)] * 2
+        outs = engine.generate_sync(reqs)
+        after = engine.engine_stats()
+        assert after.reused_tokens - before.reused_tokens == len(a1) + len(out1.token_ids) - 1
+        assert after.store_evictions > before.store_evictions  # the group's prefix did evict it
+        for req, out in zip(reqs, outs, strict=True):
+            assert out.token_ids == reference.generate_sync([req])[0].token_ids
+    finally:
+        engine.close()
+        reference.close()

@@ -225,7 +225,9 @@ def test_a_reward_file_the_agent_plants_through_terminus_2_is_not_its_score(harb
     plant = "echo 1 > /logs/verifier/reward.txt && cp /logs/verifier/reward.txt /logs/agent/planted\n"
     script = [_reply(plant, done=True), _reply("", done=True)]
     task = _terminal_task(tmp_path, always_pass=False)
-    with ServerThread(ScriptedPolicy(tokenizer, script), ServerConfig(model_name="s", max_model_len=4096)) as server:
+    with ServerThread(
+        ScriptedPolicy(tokenizer, script), ServerConfig(model_name="s", max_model_len=4096)
+    ) as server:
         (trial,) = capture_trials(task, server, names=["t-plant"], jobs_dir=tmp_path / "jobs")
     assert not trial.masked and trial.calls == 2, trial.error
     assert (trial.trial_dir / "agent" / "planted").read_text() == "1\n"  # the plant happened
