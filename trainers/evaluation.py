@@ -46,13 +46,16 @@ class EvalResult:
     env_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     """The env's per-episode metrics averaged over the episodes (numbers and true/false ones,
     e.g. ``search``'s ``answer_supported``); in the metrics log as ``env/<name>``."""
+    per_prompt: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Success rate of each held-out row, by prompt id (in ``summary.json``, not the metrics log),
+    for breakdowns by a row's kind and for paired before/after comparisons."""
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def log_record(self) -> dict[str, Any]:
         """The ``eval`` line of the metrics log: the fields, env metrics flattened to ``env/<name>``."""
-        out = {k: v for k, v in self.as_dict().items() if k != "env_metrics"}
+        out = {k: v for k, v in self.as_dict().items() if k not in ("env_metrics", "per_prompt")}
         return {**out, **{f"env/{k}": v for k, v in self.env_metrics.items()}}
 
 
@@ -92,4 +95,5 @@ def evaluate(
         masked=len(trajs) - len(good),
         seconds=time.perf_counter() - start,
         env_metrics=default_aggregate_metrics([t.env_metrics for t in good]),
+        per_prompt={pid: sum(v) / len(v) for pid, v in by_prompt.items()},
     )

@@ -1,14 +1,18 @@
-"""SkyRL-SQL at CPU size: evaluate, train with GRPO, evaluate again; print the before/after table.
+"""SkyRL-SQL at CPU size: the generated task (cpu_data.py), GRPO, held-out success before and after.
 
-    python examples/skyrl_sql/cpu_run.py                  # cpu.flags: SmolLM2-135M, bundled databases
-    python examples/skyrl_sql/cpu_run.py --smoke          # a tiny random model, one step (CI)
-    python examples/skyrl_sql/cpu_run.py -- --steps 4     # extra `skyrl train` flags after --
+    python examples/skyrl_sql/cpu_run.py                      # cpu.flags: SmolLM2-135M, 2 cores
+    python examples/skyrl_sql/cpu_run.py --run-dir runs/sql   # where the run writes
+    python examples/skyrl_sql/cpu_run.py --smoke              # a tiny random model, one step (CI)
+    python examples/skyrl_sql/cpu_run.py -- --steps 4         # extra `skyrl train` flags after --
 
-The training run is ``skyrl train $(sed 's/#.*//' examples/skyrl_sql/cpu.flags)`` on the bundled
-training questions written with ``max_turns`` per row (``train.py`` does the same); the
-evaluation plays the bundled held-out questions (4 easy, 4 medium, 8 hard) greedily with the
-starting weights and with the final checkpoint, and prints execution accuracy per difficulty in
-the published table's layout, then the mean reward (-1 malformed, 0 wrong, 1 right).
+The databases and questions are generated under ``<run-dir>/data`` (:mod:`cpu_data`: held-out
+databases have schemas training never saw, and held-out questions a different wording). The
+run is ``skyrl train $(sed 's/#.*//' examples/skyrl_sql/cpu.flags)`` on those training rows,
+with held-out success (``eval_samples`` episodes per question at the training temperature, a
+standard error over questions) measured before the first step and after the last, written to
+``<run-dir>/summary.json`` as ``skyrl train`` writes it (``baseline``/``final`` with ``success``
+and ``success_se``), and plotted in ``<run-dir>/metrics.png``. The last lines printed are the
+held-out success per question shape, before and after.
 """
 
 from __future__ import annotations
@@ -19,41 +23,54 @@ import json
 import os
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import cpu_data  # noqa: E402
 import recipe  # noqa: E402
 
 SMOKE = [
     "--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--max-turns", "2",
-    "--max-tokens-per-turn", "8", "--train-prompts", "4",
+    "--max-tokens-per-turn", "8", "--train-prompts", "4", "--eval-prompts", "3", "--eval-samples", "1",
 ]  # fmt: skip
+
+
+def per_shape(summary: dict, eval_file: Path) -> dict[str, dict[str, float]]:
+    """Held-out success per question shape, before and after, from the per-question success
+    rates in ``summary.json``."""
+    shape = {}
+    with open(eval_file, encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            shape[row["id"]] = row["extra_info"]["shape"]
+    out: dict[str, dict[str, float]] = {}
+    for label, key in (("before", "baseline"), ("after", "final")):
+        rates: dict[str, list[float]] = defaultdict(list)
+        for pid, rate in ((summary.get(key) or {}).get("per_prompt") or {}).items():
+            rates[shape.get(pid, "?")].append(rate)
+        out[label] = {k: sum(v) / len(v) for k, v in sorted(rates.items())}
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--flags", default=str(recipe.HERE / "cpu.flags"), help="a flags file for skyrl train")
+    ap.add_argument("--run-dir", default=None, help="where the run writes (default: the flags file's)")
     ap.add_argument("--smoke", action="store_true", help="a tiny random model and one step: seconds")
-    ap.add_argument("--eval-limit", type=int, default=0, help="at most this many questions per difficulty")
-    ap.add_argument(
-        "--eval-tokens", type=int, default=0, help="tokens per turn in evaluation (0: as trained)"
-    )
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
     args = ap.parse_args(argv[:cut])
-    args.extra = argv[cut + 1 :]  # more skyrl train flags, after --
+    extra = argv[cut + 1 :]  # more skyrl train flags, after --
 
-    from skyrl_agent.policies.hf import HFPolicy
-    from trainers.checkpoint import latest_checkpoint, load_weights
     from trainers.loop import train
 
-    flags = recipe.read_flags(args.flags)
-    if args.smoke:
-        flags += SMOKE
-        args.eval_limit = args.eval_limit or 1
-    cfg = recipe.train_config(flags + args.extra)
+    flags = recipe.read_flags(args.flags) + (SMOKE if args.smoke else []) + extra
+    if args.run_dir:
+        flags += ["--run-dir", args.run_dir]
+    cfg = recipe.train_config(flags)
     run_dir = Path(cfg.run_dir)
     if args.smoke:
         from skyrl_agent.models import tiny_random_model
@@ -62,39 +79,38 @@ def main(argv: list[str] | None = None) -> dict:
         model.save_pretrained(run_dir / "tiny-model")
         tok.save_pretrained(run_dir / "tiny-model")
         cfg = dataclasses.replace(cfg, model=str(run_dir / "tiny-model"))
-    cfg = recipe.prepare_run(dataclasses.replace(cfg, eval_prompts=0))  # this script evaluates
-    splits = recipe.bundled_splits(cfg.max_turns, args.eval_limit)
-    eval_kw = dict(
-        max_turns=cfg.max_turns,
-        max_tokens_per_turn=args.eval_tokens or cfg.max_tokens_per_turn,
-        max_context_tokens=cfg.max_context_tokens,
-        concurrency=cfg.concurrency,
-    )
-
     t0 = time.perf_counter()
-    policy = HFPolicy.from_pretrained(cfg.model, max_batch_size=32)
-    before = recipe.evaluate_splits(policy, splits, **eval_kw)
-    policy.close()
-    print(f"[sql] evaluated the starting model in {time.perf_counter() - t0:.0f}s", file=sys.stderr)
+    data_dir = run_dir / "data"
+    train_file, eval_file = cpu_data.write_task(data_dir, max_turns=cfg.max_turns, seed=cfg.seed)
+    cfg = dataclasses.replace(
+        cfg,
+        data=str(train_file),
+        eval_data=str(eval_file),
+        env_config=(*cfg.env_config, f"text2sql.db_path={data_dir.resolve()}"),
+    )
+    print(f"[sql] task in {data_dir}: {sum(1 for _ in open(train_file))} training and "
+          f"{sum(1 for _ in open(eval_file))} held-out questions", file=sys.stderr)  # fmt: skip
 
     result = train(cfg)
 
-    ckpt = latest_checkpoint(run_dir)
-    policy = HFPolicy.from_pretrained(cfg.model, max_batch_size=32)
-    load_weights(policy.model, ckpt)  # the trained weights (a model directory in the checkpoint)
-    after = recipe.evaluate_splits(policy, splits, **eval_kw)
-    policy.close()
-
-    label = Path(cfg.model).name
-    table = {f"{label} (start)": before, f"{label} + GRPO, {result.steps} steps": after}
-    print(f"\nExecution accuracy (%) on the bundled held-out questions, {cfg.max_turns} turns, greedy:")
-    print(recipe.results_table(table))
-    print("\nMean reward (-1 malformed, 0 wrong, 1 right):")
-    print(recipe.results_table(table, "reward"))
-    print(f"\nrun directory {run_dir} ({time.perf_counter() - t0:.0f}s in all)")
-    out = {name: {split: dataclasses.asdict(r) for split, r in res.items()} for name, res in table.items()}
-    (run_dir / "before_after.json").write_text(json.dumps(out, indent=2))
-    return out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    shapes = per_shape(summary, eval_file)
+    summary["per_shape"] = shapes
+    summary["command_seconds"] = time.perf_counter() - t0
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    b, f = result.baseline, result.final
+    if b is not None and f is not None:
+        se = (b.success_se**2 + f.success_se**2) ** 0.5
+        gain = f.success - b.success
+        print(f"\nHeld-out success ({cfg.eval_samples} samples per question, temperature {cfg.temperature}):")
+        print(f"  before {b.success:.3f} +/- {b.success_se:.3f}   after {f.success:.3f} +/- {f.success_se:.3f}   "
+              f"gain {gain:+.3f} ({f'{gain / se:.1f} standard errors' if se else 'no spread to measure'})")  # fmt: skip
+        for shape in shapes.get("before", {}):
+            print(
+                f"  {shape:11s} {shapes['before'][shape]:.2f} -> {shapes.get('after', {}).get(shape, 0.0):.2f}"
+            )
+    print(f"\nrun directory {run_dir} ({summary['command_seconds']:.0f}s in all)")
+    return summary
 
 
 if __name__ == "__main__":

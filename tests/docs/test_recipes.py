@@ -26,6 +26,7 @@ def _load(name: str, path):
 
 
 recipe = _load("recipe", REPO / "examples" / "skyrl_sql" / "recipe.py")
+cpu_data = _load("cpu_data", REPO / "examples" / "skyrl_sql" / "cpu_data.py")
 
 
 @pytest.mark.parametrize("folder", RECIPES, ids=lambda p: p.name)
@@ -152,3 +153,59 @@ def test_spider_style_split_is_scored_and_tabled(tmp_path):
         recipe.parse_split("Dev")
     with pytest.raises(ConfigError, match="does not exist"):
         recipe.load_split("Dev", spider, tmp_path / "no-dbs")
+
+
+def _columns(dom) -> set[str]:
+    return {dom.table, dom.key, dom.kind, dom.amount}
+
+
+def test_cpu_sql_task_holds_out_schemas_and_wordings(tmp_path):
+    """The CPU-sized SkyRL-SQL task: no table or column name of a held-out schema is in a training
+    schema, no held-out question uses a training wording, and every gold query runs on its real
+    database and returns rows; the files are the same for the same seed."""
+    import re
+
+    from skyrl_gym.envs.sql import execute, resolve_db_file
+
+    train_names = set().union(*map(_columns, cpu_data.TRAIN_DOMAINS))
+    eval_names = set().union(*map(_columns, cpu_data.EVAL_DOMAINS))
+    assert not train_names & eval_names, train_names & eval_names
+    train_file, eval_file = cpu_data.write_task(tmp_path / "a", max_turns=3, seed=5)
+    rows = {s: [json.loads(x) for x in open(f)] for s, f in (("train", train_file), ("eval", eval_file))}
+    assert len(rows["train"]) > 200 and len(rows["eval"]) > 50
+    assert not {r["db_id"] for r in rows["train"]} & {r["db_id"] for r in rows["eval"]}
+    for split, others in (("train", eval_names), ("eval", train_names)):
+        schemas = " ".join(r["prompt"][-1]["content"].split("Question:")[0] for r in rows[split])
+        assert not set(re.findall(r"\w+", schemas)) & others, split
+    # one wording per split: the held-out question text never matches a training template
+    for shape, train_text, _held_out_text, _ in cpu_data.SHAPES:
+        stem = lambda t: re.escape(t).replace(r"\{", "{").replace(r"\}", "}")  # noqa: E731
+        pattern = re.compile("^" + re.sub(r"\{\w\}", ".+", stem(train_text)) + "$")
+        held = [r for r in rows["eval"] if r["extra_info"]["shape"] == shape]
+        assert held and not any(pattern.match(r["extra_info"]["question"]) for r in held), shape
+    for r in rows["train"] + rows["eval"]:
+        assert r["max_turns"] == 3 and r["data"] == "spider"
+        db_file = resolve_db_file(r["db_id"], r["data"], str(tmp_path / "a"))
+        res = execute(db_file, r["reward_spec"]["ground_truth"])
+        assert res.ok and res.rows, (r["id"], res)
+    again = cpu_data.write_task(tmp_path / "b", max_turns=3, seed=5)
+    assert [open(p).read().count("\n") for p in again] == [len(rows["train"]), len(rows["eval"])]
+    assert open(again[1]).read() == open(eval_file).read()
+
+
+def test_cpu_sql_task_scores_the_gold_answer_in_the_env(tmp_path):
+    """A held-out row of the generated task, played in the real text2sql env: the gold query as the
+    solution scores 1, a wrong one 0."""
+    import skyrl_gym
+
+    _, eval_file = cpu_data.write_task(tmp_path, max_turns=3)
+    row = json.loads(open(eval_file).readline())
+    gold = row["reward_spec"]["ground_truth"]
+    for answer, reward in ((gold, 1.0), ("SELECT 12345", 0.0)):
+        env = skyrl_gym.make("text2sql", env_config={"db_path": str(tmp_path)}, extras=row)
+        env.init(row["prompt"])
+        out = env.step(f"<think>look</think><sql>{gold}</sql>")
+        assert not out.done and "<observation>" in out.observations[0]["content"]
+        out = env.step(f"<think>done</think><solution>{answer}</solution>")
+        assert out.done and out.reward == reward
+        env.close()
