@@ -93,16 +93,17 @@ def test_fork_and_memory_bombs_are_contained_in_docker(image):
 def test_docker_program_has_no_network_and_no_expected_outputs(image):
     secret = f"skyrl-secret-{secrets.token_hex(8)}"
     code = (
-        "import os, socket\nprint(sorted(os.listdir('.')))\n"
-        "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n    print('NET')\n"
-        "except OSError:\n    print('NONET')\n"
+        "import os\nprint(sorted(os.listdir('.')))\n"
+        "print(sorted(os.listdir('/sys/class/net')))\n"
         "print(os.popen('grep -rls skyrl-secret- / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head -3').read())"
     )
-    out = run(code, stdin_row([("probe\n", secret + "\n")]), image)
+    # the grep walks the whole image: give it a deadline that holds on a loaded 2-core machine
+    out = run(code, stdin_row([("probe\n", secret + "\n")]), image, test_timeout_s=60.0)
     test = out.metadata["tests"][0]
-    assert out.reward == 0.0 and test["error"] == "wrong_answer"
+    assert out.reward == 0.0 and test["error"] == "wrong_answer", test
     lines = test["output"].split("\n")
-    assert lines[0] == "['solution.py']" and lines[1] == "NONET"
+    # isolation is shown from inside: the only network interface is loopback
+    assert lines[0] == "['solution.py']" and lines[1] == "['lo']", test["output"]
     # the only file that mentions the marker is the program itself
     assert all(line.endswith("solution.py") or not line for line in lines[2:]), test["output"]
     assert secret not in test["output"]

@@ -68,12 +68,12 @@ def test_an_episode_in_the_instance_container(instances):
     probe = (
         "pwd; git log --oneline | wc -l; "
         f"git cat-file -e {later} 2>/dev/null && echo FIX-VISIBLE; grep -rc subtractive tests | grep -v ':0'; "
-        "python3 -c \"import socket\ntry:\n socket.create_connection(('1.1.1.1', 53), timeout=2); print('NET')\n"
-        "except OSError: print('NONET')\""
+        "ls /sys/class/net | tr '\\n' ' '"
     )
     out = env.step(f"<tool_call>{json.dumps({'name': 'bash', 'arguments': {'command': probe}})}</tool_call>")
     text = out.observations[0]["content"]
-    assert text.startswith("<tool_response>/testbed\n1\nNONET\n"), text  # no history, hidden tests or network
+    # no history, no hidden tests, and loopback the only network interface
+    assert text.startswith("<tool_response>/testbed\n1\nlo "), text
     container = env.workspace.sandbox.name
     assert env.workspace.sandbox.config.image == instance_image(inst, env.source)  # the cached image
     edit = {
