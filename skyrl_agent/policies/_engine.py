@@ -11,11 +11,14 @@ One worker thread owns the model and runs a loop of scheduler steps:
    next turn of an episode: its last prompt, its response, then the new observation) takes that
    row's KV from the :class:`PrefixStore` and prefills only the new tokens. The store keeps
    finished rows' KV under a byte bound with LRU eviction; a change of the weights empties it
-   unless ``allow_stale_prefix`` is set. Changes are seen however they happen (``update_weights``,
-   or an optimizer stepping the very module the engine samples from, as the trainer does when it
-   shares the model): the engine compares the parameters' in-place version counters before
-   admitting rows. With ``allow_stale_prefix`` (then reused KV may come from older weights: the logprobs are
-   still those the sampler computed, so the trainer's TIS correction sees what was sampled).
+   unless ``allow_stale_prefix`` is set. Changes are seen however they happen, before rows are
+   admitted: ``update_weights``; a ``torch.optim`` optimizer stepping any of the engine's
+   parameters (a global optimizer post-step hook; fused kernels such as ``AdamW(fused=True)`` do
+   not bump the parameters' version counters, so those alone would miss the trainer's steps);
+   :meth:`InferenceEngine.weights_changed` for any other in-place change; and the parameters'
+   version counters (plain in-place ops). With ``allow_stale_prefix`` reused KV may come from
+   older weights: the logprobs are still those the sampler computed, so the trainer's TIS
+   correction sees what was sampled.
 3. **decode**: one forward step for every running row; each row samples its next token with its
    own generator; finished rows leave at once (their KV goes to the store).
 
@@ -475,6 +478,8 @@ class InferenceEngine:
         )
         self.store = PrefixStore(self.config.prefix_cache_bytes, self.config.min_reuse_tokens)
         self.weights_version = 0
+        self._param_ids = frozenset(id(p) for p in model.parameters())
+        self._external_changes = 0  # optimizer steps on our parameters, weights_changed() calls
         self._weights_key = self._current_weights_key()
         self._stats = EngineStats()
         self._cv = threading.Condition()  # guards the queue and the counters
@@ -484,6 +489,7 @@ class InferenceEngine:
         self._updates_waiting = 0
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="skyrl-engine", daemon=True)
+        self._optimizer_hook = _watch_optimizer_steps(self)
         self._thread.start()
         _LIVE.add(self)
 
@@ -532,6 +538,12 @@ class InferenceEngine:
                 self._updates_waiting -= 1
                 self._cv.notify_all()
 
+    def weights_changed(self) -> None:
+        """Say that the model's weights were changed in place outside :meth:`update_weights` (by a
+        kernel that bypasses version counters); stored KV from before is not reused after it.
+        ``torch.optim`` steps on the engine's parameters are seen without this call."""
+        self._external_changes += 1
+
     def stats(self) -> EngineStats:
         """A copy of the counters."""
         with self._cv:
@@ -551,6 +563,7 @@ class InferenceEngine:
                 return
             self._closed = True
             self._cv.notify_all()
+        self._optimizer_hook.remove()
         self._thread.join(timeout=30)
 
     # ------------------------------------------------------------------ the loop
@@ -585,8 +598,9 @@ class InferenceEngine:
             self._waiting.clear()
 
     def _current_weights_key(self) -> int:
-        """Changes whenever a parameter is replaced or modified in place (its version counter)."""
-        return hash(tuple((id(p), p._version) for p in self.model.parameters()))
+        """Changes whenever a parameter is replaced, modified in place (its version counter) or
+        stepped by an optimizer, and on :meth:`weights_changed`."""
+        return hash((self._external_changes, tuple((id(p), p._version) for p in self.model.parameters())))
 
     def _admit_locked(self) -> list[_Row]:
         """Waiting rows that fit, in arrival order (a row that does not fit waits for room)."""
@@ -884,6 +898,24 @@ def _resolve(fut: concurrent.futures.Future, result: Any = None, exc: BaseExcept
             fut.set_result(result)
     except concurrent.futures.InvalidStateError:
         pass
+
+
+def _watch_optimizer_steps(engine: InferenceEngine) -> Any:
+    """Register a global ``torch.optim`` post-step hook that counts, on ``engine`` (held weakly),
+    every optimizer step that updates one of its parameters. Returns the hook's handle."""
+    ref = weakref.ref(engine)
+
+    def hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        eng = ref()
+        if eng is None:
+            return
+        ids = eng._param_ids
+        if any(id(p) in ids for group in optimizer.param_groups for p in group["params"]):
+            eng._external_changes += 1
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    return register_optimizer_step_post_hook(hook)
 
 
 #: Engines not yet closed. At interpreter exit each is closed (its thread joined after its step)

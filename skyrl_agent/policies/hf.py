@@ -378,6 +378,15 @@ class HFPolicy:
 
     load_state_dict = update_weights
 
+    def weights_changed(self) -> None:
+        """Say that the wrapped model's weights were changed in place by the caller, so KV stored
+        before the change is never reused. ``torch.optim`` steps on the model's parameters are
+        noticed without this call (see :mod:`skyrl_agent.policies._engine`); call it after any
+        other in-place change, e.g. a custom kernel writing into the parameters."""
+        self.weights_version += 1
+        if self.engine is not None:
+            self.engine.weights_changed()
+
     def close(self) -> None:
         """Stop the worker threads. Idempotent."""
         if self.engine is not None:

@@ -221,6 +221,71 @@ def test_weights_changed_in_place_by_an_optimizer_invalidate_too(tiny, tokenizer
         engine.close()
 
 
+@pytest.mark.parametrize(
+    "make_optimizer",
+    [
+        lambda ps: torch.optim.AdamW(ps, lr=1e-2, fused=True),  # the trainer's: no version bump
+        lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=True),
+        lambda ps: torch.optim.SGD(ps, lr=1e-1),
+    ],
+    ids=["adamw-fused", "adamw-foreach", "sgd"],
+)
+def test_an_optimizer_step_on_the_sampled_module_invalidates_stored_prefixes(tiny, tokenizer, make_optimizer):
+    """A real backward and optimizer step on the module the engine samples from (as the trainer
+    does): the next turn must not continue KV of the old weights, and its tokens and logprobs
+    are those of the new weights."""
+    import copy
+
+    model = copy.deepcopy(tiny[0])
+    engine = HFPolicy(model, tokenizer, seed=0)
+    other = torch.nn.Linear(2, 2)  # an optimizer over parameters of no engine changes nothing
+    try:
+        p1 = tokenizer.encode("User: say something nice.\nAssistant:")
+        out1 = engine.generate_sync([GenerateRequest(p1, GREEDY)])[0]
+        p2 = _next_turn(p1, out1, tokenizer)
+        assert len(engine.engine.store) == 1
+        unrelated = make_optimizer(other.parameters())
+        other(torch.ones(1, 2)).sum().backward()
+        unrelated.step()
+        key = engine.engine._current_weights_key()
+        assert key == engine.engine._weights_key  # weights of this engine untouched
+        optimizer = make_optimizer(model.parameters())
+        model.train()
+        model(torch.tensor([p2]), labels=torch.tensor([p2])).loss.backward()
+        optimizer.step()
+        model.eval()
+        before = engine.engine_stats()
+        out2 = engine.generate_sync([GenerateRequest(p2, GREEDY)])[0]
+        assert engine.engine_stats().reused_tokens == before.reused_tokens  # nothing stale reused
+        ref = _full_logprobs(model, p2, out2.token_ids)
+        assert torch.allclose(ref, torch.tensor(out2.logprobs), atol=1e-4), (ref, out2.logprobs)
+    finally:
+        engine.close()
+
+
+def test_weights_changed_covers_writes_no_version_counter_sees(tiny, tokenizer):
+    """Writes through ``.data`` bypass the version counters; ``weights_changed()`` says so."""
+    import copy
+
+    model = copy.deepcopy(tiny[0])
+    engine = HFPolicy(model, tokenizer, seed=0)
+    try:
+        p1 = tokenizer.encode("User: say something nice.\nAssistant:")
+        out1 = engine.generate_sync([GenerateRequest(p1, GREEDY)])[0]
+        p2 = _next_turn(p1, out1, tokenizer)
+        for p in model.parameters():
+            p.data.add_(0.01)
+        assert engine.engine._current_weights_key() == engine.engine._weights_key  # unseen
+        version = engine.weights_version
+        engine.weights_changed()
+        assert engine.weights_version == version + 1
+        before = engine.engine_stats()
+        engine.generate_sync([GenerateRequest(p2, GREEDY)])
+        assert engine.engine_stats().reused_tokens == before.reused_tokens
+    finally:
+        engine.close()
+
+
 def test_stale_prefixes_are_kept_when_allowed(tiny, tokenizer):
     import copy
 
