@@ -36,8 +36,12 @@ SYSTEM_PROMPT = (
     "You will get <tool_response>result</tool_response>. Then reply with <answer>result</answer>."
 )
 # Two worked example exchanges. Measured with SmolLM2-135M-Instruct at temperature 0.8 (32
-# samples over 4 questions): one example gives 0/32 well-formed calls, two give 7/32.
-_EXAMPLES = (("What is 12 * 4 + 7?", "12 * 4 + 7", 55), ("Compute 9 + 3 * 5.", "9 + 3 * 5", 24))
+# samples over 4 questions): one example gives 0/32 well-formed calls, two give 7/32. The second
+# has parentheses, as a quarter of the questions do: with two examples without them the model
+# wrote a call's expression without the question's parentheses (the token ' "(' had probability
+# 0.017 at the expression's start; 0 of 112 training samples kept them) and GRPO never saw a
+# right answer to those questions (main job: 0.63 held-out); with it that token has 0.08-0.36.
+_EXAMPLES = (("What is 12 * 4 + 7?", "12 * 4 + 7", 55), ("Compute (9 + 3) * 5.", "(9 + 3) * 5", 60))
 
 
 def _example_messages() -> list[dict[str, str]]:
