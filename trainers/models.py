@@ -65,11 +65,7 @@ class Learner:
         """Push the trained weights to the sampler's own copy; the seconds it took, or ``None``
         when the sampler wraps the trained module (nothing to push). In asynchronous mode the
         update lands in flight, between the sampler's batches."""
-        if self.rollout_model is None:  # the optimizer changed the sampled module in place
-            for policy in {id(p): p for p in (self.policy, self.eval_policy)}.values():
-                changed = getattr(policy, "weights_changed", None)
-                if changed is not None:  # stored KV of the old weights is not reused
-                    changed()
+        if self.rollout_model is None:  # the engine sees the optimizer's steps itself
             return None
         start = time.perf_counter()
         self.policy.update_weights(weights_for_sampler(self.cfg, self.model, self.dist))

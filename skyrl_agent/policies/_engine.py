@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from skyrl_agent.policies._sampling import find_stop, prefill, sample_rows
 from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, SamplingParams
@@ -912,8 +913,6 @@ def _watch_optimizer_steps(engine: InferenceEngine) -> Any:
         ids = eng._param_ids
         if any(id(p) in ids for group in optimizer.param_groups for p in group["params"]):
             eng._external_changes += 1
-
-    from torch.optim.optimizer import register_optimizer_step_post_hook
 
     return register_optimizer_step_post_hook(hook)
 
