@@ -56,6 +56,8 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from skyrl_agent.policies._attention import ATTENTION
+from skyrl_agent.policies._lean import LeanCopy
 from skyrl_agent.policies._sampling import find_stop, prefill, sample_rows
 from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, SamplingParams
 from skyrl_gym.errors import ConfigError
@@ -125,6 +127,8 @@ class EngineStats:
     """Most rows running at once."""
     peak_tokens_in_flight: int = 0
     """Most budgeted tokens (prompt + max_tokens over the running rows) at once."""
+    lean_refreshes: int = 0
+    """Times the bf16 copy of the weights was brought up to the model's (see ``LeanCopy``)."""
 
 
 # --------------------------------------------------------------------------- the KV buffers
@@ -153,6 +157,8 @@ def _slot_layer_class() -> type:
             return self.slots.t
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            if self.slots.full_width:
+                return self.slots.cap_len, 0
             return self.slots.t + query_length, 0
 
         def get_max_length(self) -> int:
@@ -178,6 +184,7 @@ class _Slots:
         self.rows = 0  # running rows
         self.t = 0  # the next column to write
         self.cache: Any = None  # a transformers Cache whose layers are views of these buffers
+        self.full_width = False  # during a decode step: attention reads every column (see write)
 
     def ensure(self, rows: int, length: int) -> None:
         """Room for ``rows`` rows and ``length`` columns (grown by doubling, contents kept)."""
@@ -187,8 +194,8 @@ class _Slots:
         if rows > self.cap_rows:  # doubling, up to the most rows that run: every growth copies
             new_rows = max(rows, min(2 * self.cap_rows, self.max_rows))
         new_len = max(self.cap_len, 128)
-        while new_len < length:
-            new_len *= 2
+        while new_len < length:  # doubling, then steps of 256: full-width decode reads it all
+            new_len = new_len * 2 if new_len < 512 else new_len + 256
         shape = (new_rows, self.heads, new_len, self.head_dim)
         K = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.layers)]
         V = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.layers)]
@@ -208,7 +215,17 @@ class _Slots:
         B, t, q = self.rows, self.t, k.shape[2]
         self.K[layer][:B, :, t : t + q] = k
         self.V[layer][:B, :, t : t + q] = v
+        if self.full_width:  # contiguous: a slice of the columns would be copied by bf16 matmuls
+            return self.K[layer][:B], self.V[layer][:B]
         return self.K[layer][:B, :, : t + q], self.V[layer][:B, :, : t + q]
+
+    def full_step_mask(self) -> torch.Tensor:
+        """Like :meth:`step_mask` (bool), over every column of the buffers (those from ``t + 1``
+        on masked), for a decode step with :attr:`full_width` on."""
+        self.step_mask(False)
+        keep = self.valid[: self.rows, : self.cap_len].clone()
+        keep[:, self.t + 1 :] = False
+        return keep[:, None, None, :]
 
     def step_mask(self, additive: bool) -> torch.Tensor:
         """``[B, 1, 1, t + 1]``: the columns each row attends to in the next decode step (its
@@ -448,6 +465,13 @@ class InferenceEngine:
         config: the engine's settings.
         seed_source: draws a seed for requests without their own.
         context: a context manager entered around model calls (bf16 autocast).
+        kv_dtype: the dtype of the KV cache and of stored prefixes; by default the model's.
+            Under bf16 autocast, ``torch.bfloat16``: attention casts keys and values to bf16
+            anyway, so storing them in bf16 changes no result and saves casting the whole cache
+            at every decode step (and halves its memory).
+        lean: a :class:`~skyrl_agent.policies._lean.LeanCopy` of ``model`` that runs the model
+            calls instead of it (bf16 linear weights); it is refreshed from ``model`` whenever
+            ``model``'s weights change, and gives the same results.
     """
 
     def __init__(
@@ -461,8 +485,13 @@ class InferenceEngine:
         config: EngineConfig | None = None,
         seed_source: Callable[[], int],
         context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+        kv_dtype: torch.dtype | None = None,
+        lean: LeanCopy | None = None,
     ) -> None:
         self.model, self.tokenizer = model, tokenizer
+        self._lean = lean
+        self._run = lean.module if lean is not None else model  # what the steps call
+        self._lean_key: int | None = None
         self.config = config or EngineConfig()
         self.eos_token_ids, self.pad_token_id = eos_token_ids, pad_token_id
         self._cache_kwarg = cache_kwarg
@@ -471,12 +500,16 @@ class InferenceEngine:
         cfg = model.config
         heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        dtype = next(model.parameters()).dtype
+        dtype = kv_dtype or next(model.parameters()).dtype
         self._slots = _Slots(cfg.num_hidden_layers, heads, head_dim, dtype, self.device, self.config.max_rows)
         self._additive_mask = getattr(cfg, "_attn_implementation", "sdpa") not in (
             "sdpa",
             "flash_attention_2",
+            ATTENTION,
         )
+        # on CPU, decode steps attend over whole buffers: contiguous keys and values, which
+        # bf16 matmuls would otherwise copy at every layer (39% of a step, measured)
+        self._full_width_decode = getattr(cfg, "_attn_implementation", None) == ATTENTION
         self.store = PrefixStore(self.config.prefix_cache_bytes, self.config.min_reuse_tokens)
         self.weights_version = 0
         self._param_ids = frozenset(id(p) for p in model.parameters())
@@ -581,6 +614,7 @@ class InferenceEngine:
                 try:
                     with self._cv:
                         admitted = self._admit_locked()
+                    self._refresh_lean()
                     with torch.inference_mode(), self._context():
                         if admitted:
                             self._prefill(admitted)
@@ -597,6 +631,17 @@ class InferenceEngine:
         with self._step_lock:
             self._fail_all([*self._rows, *self._waiting], err)
             self._waiting.clear()
+
+    def _refresh_lean(self) -> None:
+        """Bring the lean copy up to the model's weights when they changed (rows in flight
+        then go on with the new weights, as they would sampling the model itself)."""
+        if self._lean is None:
+            return
+        key = self._current_weights_key()
+        if key != self._lean_key:
+            self._lean.refresh()
+            self._lean_key = key
+            self._stats.lean_refreshes += 1
 
     def _current_weights_key(self) -> int:
         """Changes whenever a parameter is replaced, modified in place (its version counter) or
@@ -738,7 +783,7 @@ class InferenceEngine:
         dedupe = past_valid is None and len(unique) < B
         run = [list(t) for t in unique] if dedupe else tails
         cache, logits_BV, attn_BT, _, shared = prefill(
-            self.model,
+            self._run,
             self._cache_kwarg,
             self.pad_token_id,
             run,
@@ -792,13 +837,19 @@ class InferenceEngine:
         dev = self.device
         tokens = torch.as_tensor([r.new_ids[-1] for r in rows], dtype=torch.long, device=dev)[:, None]
         pos = torch.as_tensor([r.next_pos for r in rows], dtype=torch.long, device=dev)[:, None]
-        out = self.model(
-            input_ids=tokens,
-            position_ids=pos,
-            attention_mask=slots.step_mask(self._additive_mask),
-            use_cache=True,
-            **{self._cache_kwarg: slots.as_cache()},
-        )
+        slots.full_width = self._full_width_decode
+        try:
+            out = self._run(
+                input_ids=tokens,
+                position_ids=pos,
+                attention_mask=slots.full_step_mask()
+                if slots.full_width
+                else slots.step_mask(self._additive_mask),
+                use_cache=True,
+                **{self._cache_kwarg: slots.as_cache()},
+            )
+        finally:
+            slots.full_width = False
         slots.t += 1
         for r in rows:
             r.next_pos += 1
