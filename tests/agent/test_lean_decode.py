@@ -148,3 +148,24 @@ def test_engine_with_bf16_copy_matches_plain_autocast_and_sees_optimizer_steps()
     finally:
         lean.close()
         plain.close()
+
+
+def test_engine_with_matmul_attention_matches_sdpa_engine() -> None:
+    """The opt-in path (full-width decode over the whole buffers) samples what SDPA samples."""
+    model, tok = tiny_random_model()
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(5, 1000, (n,), generator=g).tolist() for n in (7, 15, 26, 3)]
+    plain = HFPolicy(model, tok)
+    try:
+        ref = _greedy(plain, prompts)
+    finally:
+        plain.close()
+    fast = HFPolicy(model, tok, fast_decode_attention=True)
+    try:
+        assert fast.engine is not None and fast.engine._full_width_decode
+        got = _greedy(fast, prompts)
+    finally:
+        fast.close()
+    assert [len(r) for r in got] == [len(r) for r in ref]
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-4, rtol=1e-4)
