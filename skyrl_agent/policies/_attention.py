@@ -2,9 +2,14 @@
 
 On CPU, ``torch.nn.functional.scaled_dot_product_attention`` runs a flash-attention kernel
 that is tuned for long queries. For a decode step (one query token per row) in bf16 it is
-about 10x slower than the plain ``softmax(q k^T) v`` on this project's 2-core machine
-(``bench/bench_attention.py``: a batch of 32, 9 query heads over 3 key/value heads, 170 cached
-tokens: 3.7 ms against 0.35 ms per layer), and at 30 layers that was half of every decode step.
+about 10x slower than the plain ``softmax(q k^T) v`` on this project's 2-core machine (a
+batch of 32, 9 query heads over 3 key/value heads, 170 cached tokens: 3.7 ms against 0.35 ms per
+layer, timed alone), and at 30 layers that was 43% of a decode step by the profiler.
+``bench/bench_attention.py`` times whole steps with and without it.
+
+Its scores come out of a bf16 matmul, so they are rounded to bf16 before the softmax, where
+SDPA's kernel keeps them in float32; that is why :class:`~skyrl_agent.policies.hf.HFPolicy`
+leaves it off unless ``fast_decode_attention=True`` (decision 0018).
 
 :data:`ATTENTION` is registered with transformers' ``AttentionInterface`` (and its mask
 interface, with SDPA's masks), so a model switched to it (:func:`use_fast_decode_attention`)
