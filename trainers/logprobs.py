@@ -27,6 +27,7 @@ from torch.utils.checkpoint import checkpoint
 from skyrl_agent.models import cache_kwarg, output_cache
 from skyrl_gym.errors import ConfigError
 from trainers._masked import check_shape
+from trainers._packed import SEGMENTS, Segments, use_packed_attention
 
 __all__ = [
     "ForwardOutput",
@@ -239,27 +240,62 @@ def _prefix_shared_forward(
     P: int,
     field: str,
 ) -> torch.Tensor:
-    """Run the shared prefix ``[:P]`` once (one row, its KV cache repeated ``B`` times), then the
-    ``B`` suffixes on that cache; return ``module``'s output ``field`` (``"logits"`` or
-    ``"last_hidden_state"``) at the positions predicting tokens ``P .. T-1``: ``B x (T-P) x D``."""
+    """Run the shared prefix ``[:P]`` once, then the ``B`` suffixes on its KV cache; return
+    ``module``'s output ``field`` (``"logits"`` or ``"last_hidden_state"``) at the positions
+    predicting tokens ``P .. T-1``: ``B x (T-P) x D`` (zero where a row is padding).
+
+    On an SDPA model the suffixes run packed into one row, without padding
+    (:mod:`trainers._packed`); on other attention implementations, as a right-padded batch over
+    the prefix's cache repeated ``B`` times."""
     B, T = input_ids_BT.shape
     pre = module(input_ids=input_ids_BT[:1, :P], attention_mask=attention_mask_BT[:1, :P], use_cache=True)
     cache = output_cache(pre)
-    cache.batch_repeat_interleave(B)
-    positions_BS = torch.arange(P, T, device=input_ids_BT.device).expand(B, T - P)
-    rest_BSD = getattr(
-        module(
-            input_ids=input_ids_BT[:, P:],
-            attention_mask=attention_mask_BT,
-            position_ids=positions_BS,
-            use_cache=True,
-            **{cache_kwarg(module): cache},
-        ),
-        field,
-    )  # B x (T-P) x D: predicts tokens P+1..T
+    if use_packed_attention(module):
+        rest_BSD = _packed_suffixes(module, input_ids_BT, attention_mask_BT, P, cache, field)
+    else:
+        cache.batch_repeat_interleave(B)
+        positions_BS = torch.arange(P, T, device=input_ids_BT.device).expand(B, T - P)
+        rest_BSD = getattr(
+            module(
+                input_ids=input_ids_BT[:, P:],
+                attention_mask=attention_mask_BT,
+                position_ids=positions_BS,
+                use_cache=True,
+                **{cache_kwarg(module): cache},
+            ),
+            field,
+        )  # B x (T-P) x D: predicts tokens P+1..T
     pre_1PD = getattr(pre, field)
     first_B1D = pre_1PD[:, -1:].expand(B, 1, pre_1PD.shape[-1])  # predicts token P
     return torch.cat([first_B1D, rest_BSD[:, :-1]], dim=1)  # B x (T-P) x D: tokens P..T-1
+
+
+def _packed_suffixes(
+    module: torch.nn.Module,
+    input_ids_BT: torch.Tensor,
+    attention_mask_BT: torch.Tensor,
+    P: int,
+    cache: Any,
+    field: str,
+) -> torch.Tensor:
+    """The suffixes ``[P:]`` of right-padded rows, packed end to end into one row over the
+    prefix's ``cache`` (each at its own positions, attending to the prefix and to itself only);
+    their output ``field`` scattered back to ``B x (T-P) x D``, zero on padding."""
+    B, T = input_ids_BT.shape
+    real_BS = attention_mask_BT[:, P:] != 0  # B x S, S = T - P
+    segments = Segments.of(P, real_BS.sum(dim=1).tolist(), input_ids_BT.device)
+    positions_BS = torch.arange(P, T, device=input_ids_BT.device).expand(B, T - P)
+    out_1ND = getattr(
+        module(
+            input_ids=input_ids_BT[:, P:][real_BS][None],  # 1 x N, N real suffix tokens
+            position_ids=positions_BS[real_BS][None],  # 1 x N, each segment from P
+            use_cache=True,
+            **{cache_kwarg(module): cache, SEGMENTS: segments},
+        ),
+        field,
+    )
+    out_BSD = out_1ND.new_zeros((B, T - P, out_1ND.shape[-1]))
+    return out_BSD.masked_scatter(real_BS[..., None], out_1ND[0])  # B x S x D
 
 
 def _decoder_hidden(

@@ -1,0 +1,124 @@
+"""Packed suffixes over one shared prefix: the trainer's forward without padding.
+
+The rows of a GRPO group share their prompt. :func:`trainers.logprobs.forward_logprobs` runs
+that prefix once; before this module it then ran the ``B`` suffixes as a right-padded batch over
+the prefix's KV cache repeated ``B`` times. Multi-turn responses differ a lot in length (one
+turn, or three turns with database results), so most of that batch was padding: in a
+CPU-sized SkyRL-SQL step, 9,834 positions ran through the model for 4,579 real ones.
+
+Here the suffixes are packed end to end into one row (their own positions, ``P .. P + s - 1``
+each) over the prefix's cache, unrepeated. Every linear layer then sees only real tokens. The
+attention is computed per segment: segment ``i``'s queries attend to the prefix's keys and to
+its own earlier keys, never to another segment's. :func:`use_packed_attention` registers
+:func:`_packed_attention` with transformers' ``AttentionInterface`` and switches the model to
+it; it attends per segment with transformers' own SDPA function (the same kernel and numerics
+as the padded path) and hands any call without segments to that function unchanged, so every
+other user of the module (generation, an engine decoding from it) still gets plain SDPA.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["PACKED", "SEGMENTS", "Segments", "use_packed_attention"]
+
+#: The name the attention function is registered under (``config._attn_implementation``).
+PACKED = "skyrl_packed"
+#: The keyword that carries a :class:`Segments` to the attention function.
+SEGMENTS = "skyrl_segments"
+
+_lock = threading.Lock()
+_registered = False
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Where the packed suffixes lie, for every layer's attention (built once per forward)."""
+
+    prefix: int
+    """Tokens of the shared prefix in the KV cache ahead of the packed row."""
+    bounds: tuple[tuple[int, int], ...]
+    """``(start, end)`` of each suffix in the packed row."""
+    masks: tuple[torch.Tensor, ...]
+    """Each suffix's ``1 x 1 x s x (prefix + s)`` bool mask, True where attending: the whole
+    prefix, then causal within the suffix."""
+
+    @classmethod
+    def of(cls, prefix: int, lengths: list[int], device: torch.device) -> Segments:
+        """The segments of suffixes of ``lengths`` tokens (empty ones left out), packed in order."""
+        bounds, masks, start = [], [], 0
+        for n in lengths:
+            if n <= 0:
+                continue
+            bounds.append((start, start + n))
+            causal_SS = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+            prefix_SP = torch.ones(n, prefix, dtype=torch.bool, device=device)
+            masks.append(torch.cat([prefix_SP, causal_SS], dim=1)[None, None])
+            start += n
+        return cls(prefix, tuple(bounds), tuple(masks))
+
+
+def _packed_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention contract (``query [1, H, S, D]``, ``key``/``value``
+    ``[1, KV, P + S, D]``; returns ``([1, S, H, D], None)``). With :data:`SEGMENTS` in
+    ``kwargs``: one SDPA call per segment over the prefix's keys and the segment's own; without:
+    transformers' SDPA function as it is."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    segments: Segments | None = kwargs.pop(SEGMENTS, None)
+    if segments is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    P = segments.prefix
+    outs = []
+    for (start, end), mask in zip(segments.bounds, segments.masks, strict=True):
+        k_1KLD = torch.cat([key[:, :, :P], key[:, :, P + start : P + end]], dim=2)
+        v_1KLD = torch.cat([value[:, :, :P], value[:, :, P + start : P + end]], dim=2)
+        out_1SHD, _ = sdpa_attention_forward(
+            module, query[:, :, start:end], k_1KLD, v_1KLD, mask, dropout, scaling, **kwargs
+        )
+        outs.append(out_1SHD)
+    return torch.cat(outs, dim=1), None
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(PACKED, _packed_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(PACKED, sdpa_mask)
+    _registered = True
+
+
+def use_packed_attention(module: torch.nn.Module) -> bool:
+    """Switch ``module`` from transformers' SDPA attention to :data:`PACKED` (which is SDPA for
+    every call without :data:`SEGMENTS`); returns whether ``module`` now runs it. Other
+    implementations (eager, flash, flex, the engine's decode attention) are left alone.
+
+    The switch is for good, not for one call: a backward that recomputes a forward (activation
+    checkpointing) must see the same attention as the forward did."""
+    config = getattr(module, "config", None)
+    impl = getattr(config, "_attn_implementation", None)
+    if impl == PACKED:
+        return True
+    if impl != "sdpa":
+        return False
+    with _lock:
+        _register()
+        config._attn_implementation = PACKED
+    return True
