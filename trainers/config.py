@@ -9,7 +9,11 @@ training step hands to the losses."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from skyrl_gym.config import parse_env_config
@@ -24,7 +28,7 @@ from trainers.types import (
     parse_choice,
 )
 
-__all__ = ["TrainConfig", "parse_env_config"]
+__all__ = ["TrainConfig", "parse_env_config", "read_flags", "config_from_flags"]
 
 
 @dataclass(frozen=True)
@@ -321,3 +325,20 @@ class TrainConfig:
     def kl_config(self) -> KLConfig:
         """The KL term's settings (a loss term; ``coef`` 0 turns it off)."""
         return KLConfig(estimator=self.kl_estimator, coef=self.kl_coef, clamp=self.kl_clamp)
+
+
+def read_flags(path: str | os.PathLike[str]) -> list[str]:
+    """The arguments in a flags file (a recipe's config: one ``--flag value`` a line, as for
+    ``skyrl train $(sed 's/#.*//' FILE)``): ``#`` starts a comment, the rest is split like a shell."""
+    text = Path(path).read_text(encoding="utf-8")
+    return [word for line in text.splitlines() for word in shlex.split(line.split("#", 1)[0])]
+
+
+def config_from_flags(flags: Sequence[str]) -> TrainConfig:
+    """The :class:`TrainConfig` that ``skyrl train FLAGS`` would run (the real parser, so a
+    misspelt flag is the same error it is on the command line)."""
+    from skyrl_gym.cli import build_parser
+    from skyrl_gym.config import config_from_args
+
+    args = build_parser().parse_args(["train", *flags])
+    return config_from_args(TrainConfig, args)

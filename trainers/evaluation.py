@@ -13,7 +13,7 @@ import dataclasses
 import math
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from trainers.config import TrainConfig
 from trainers.distributed import SINGLE, DistContext
 from trainers.rollouts import play
 
-__all__ = ["EvalResult", "evaluate"]
+__all__ = ["EvalResult", "evaluate", "gain_in_se", "success_by"]
 
 
 @dataclass
@@ -97,3 +97,20 @@ def evaluate(
         env_metrics=default_aggregate_metrics([t.env_metrics for t in good]),
         per_prompt={pid: sum(v) / len(v) for pid, v in by_prompt.items()},
     )
+
+
+def gain_in_se(before: EvalResult, after: EvalResult) -> float:
+    """``after.success - before.success`` in standard errors of that difference, taking the two
+    evaluations as independent (``sqrt(se_before**2 + se_after**2)``); ``nan`` when neither has
+    any spread."""
+    se = math.hypot(before.success_se, after.success_se)
+    return (after.success - before.success) / se if se > 0 else math.nan
+
+
+def success_by(per_prompt: Mapping[str, float], kind_of: Mapping[str, str]) -> dict[str, float]:
+    """Mean success per kind of held-out row (``kind_of``: prompt id to its kind, e.g. a question
+    shape), from :attr:`EvalResult.per_prompt`; a prompt of no known kind counts under ``"?"``."""
+    rates: dict[str, list[float]] = defaultdict(list)
+    for pid, rate in per_prompt.items():
+        rates[kind_of.get(pid, "?")].append(rate)
+    return {kind: sum(v) / len(v) for kind, v in sorted(rates.items())}

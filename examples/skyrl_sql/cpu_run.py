@@ -23,7 +23,6 @@ import json
 import os
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -41,18 +40,17 @@ SMOKE = [
 def per_shape(summary: dict, eval_file: Path) -> dict[str, dict[str, float]]:
     """Held-out success per question shape, before and after, from the per-question success
     rates in ``summary.json``."""
+    from trainers.evaluation import success_by
+
     shape = {}
     with open(eval_file, encoding="utf-8") as fh:
         for line in fh:
             row = json.loads(line)
             shape[row["id"]] = row["extra_info"]["shape"]
-    out: dict[str, dict[str, float]] = {}
-    for label, key in (("before", "baseline"), ("after", "final")):
-        rates: dict[str, list[float]] = defaultdict(list)
-        for pid, rate in ((summary.get(key) or {}).get("per_prompt") or {}).items():
-            rates[shape.get(pid, "?")].append(rate)
-        out[label] = {k: sum(v) / len(v) for k, v in sorted(rates.items())}
-    return out
+    return {
+        label: success_by((summary.get(key) or {}).get("per_prompt") or {}, shape)
+        for label, key in (("before", "baseline"), ("after", "final"))
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -100,11 +98,11 @@ def main(argv: list[str] | None = None) -> dict:
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     b, f = result.baseline, result.final
     if b is not None and f is not None:
-        se = (b.success_se**2 + f.success_se**2) ** 0.5
-        gain = f.success - b.success
+        from trainers.evaluation import gain_in_se
+
         print(f"\nHeld-out success ({cfg.eval_samples} samples per question, temperature {cfg.temperature}):")
         print(f"  before {b.success:.3f} +/- {b.success_se:.3f}   after {f.success:.3f} +/- {f.success_se:.3f}   "
-              f"gain {gain:+.3f} ({f'{gain / se:.1f} standard errors' if se else 'no spread to measure'})")  # fmt: skip
+              f"gain {f.success - b.success:+.3f} ({gain_in_se(b, f):.1f} standard errors)")  # fmt: skip
         for shape in shapes.get("before", {}):
             print(
                 f"  {shape:11s} {shapes['before'][shape]:.2f} -> {shapes.get('after', {}).get(shape, 0.0):.2f}"

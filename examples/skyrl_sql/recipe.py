@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shlex
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -39,19 +38,17 @@ STOP = ("</sql>", "</solution>")
 
 # ----------------------------------------------------------------------------- configs
 def read_flags(path: str | os.PathLike[str]) -> list[str]:
-    """The arguments in a flags file: ``#`` starts a comment, the rest is split like a shell."""
-    text = Path(path).read_text(encoding="utf-8")
-    return [word for line in text.splitlines() for word in shlex.split(line.split("#", 1)[0])]
+    """The arguments in a flags file (:func:`trainers.config.read_flags`)."""
+    from trainers.config import read_flags as read
+
+    return read(path)
 
 
 def train_config(flags: Sequence[str]) -> Any:
     """The :class:`~trainers.config.TrainConfig` that ``skyrl train FLAGS`` would run."""
-    from skyrl_gym.cli import build_parser
-    from skyrl_gym.config import config_from_args
-    from trainers.config import TrainConfig
+    from trainers.config import config_from_flags
 
-    args = build_parser().parse_args(["train", *flags])
-    return config_from_args(TrainConfig, args)
+    return config_from_flags(flags)
 
 
 def prepare_run(cfg: Any, dataset: str | None = None, db_path: str | None = None) -> Any:

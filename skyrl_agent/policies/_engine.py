@@ -506,6 +506,7 @@ class InferenceEngine:
             "sdpa",
             "flash_attention_2",
             ATTENTION,
+            "skyrl_packed",  # the trainer's packed forward (trainers._packed): SDPA for every other call
         )
         # on CPU, decode steps attend over whole buffers: contiguous keys and values, which
         # bf16 matmuls would otherwise copy at every layer (39% of a step, measured)

@@ -27,6 +27,7 @@ def _load(name: str, path):
 
 recipe = _load("recipe", REPO / "examples" / "skyrl_sql" / "recipe.py")
 cpu_data = _load("cpu_data", REPO / "examples" / "skyrl_sql" / "cpu_data.py")
+search_data = _load("search_cpu_data", REPO / "examples" / "search" / "cpu_data.py")
 
 
 @pytest.mark.parametrize("folder", RECIPES, ids=lambda p: p.name)
@@ -209,3 +210,65 @@ def test_cpu_sql_task_scores_the_gold_answer_in_the_env(tmp_path):
         out = env.step(f"<think>done</think><solution>{answer}</solution>")
         assert out.done and out.reward == reward
         env.close()
+
+
+def test_cpu_search_task_holds_out_people_towns_jobs_and_wordings(tmp_path):
+    """The CPU-sized search task: the held-out corpus shares no name, town or job with the
+    training corpus, its questions no training wording; the files are the same for the same
+    seed."""
+    train_file, eval_file = search_data.write_task(tmp_path / "a", seed=3)
+    rows = {s: [json.loads(x) for x in open(f)] for s, f in (("train", train_file), ("eval", eval_file))}
+    assert len(rows["train"]) == 128 and len(rows["eval"]) == 64
+    words = {}
+    for split in ("train", "eval"):
+        notes = [json.loads(x) for x in open(tmp_path / "a" / f"{split}_corpus.jsonl")]
+        words[split] = {w.strip(".") for n in notes for w in (n["title"] + " " + n["text"]).split()}
+        assert {r["env_config"]["corpus_path"] for r in rows[split]} == {
+            str(tmp_path / "a" / f"{split}_corpus.jsonl")
+        }
+    assert words["train"] & words["eval"] == {"name:", "town:", "job:"}
+    for kind, train_text, eval_text in search_data.KINDS:
+        train_stem, eval_stem = train_text.split("{p}")[0], eval_text.split("{p}")[0]
+        assert train_stem != eval_stem
+        held = [r for r in rows["eval"] if r["extra_info"]["kind"] == kind]
+        assert held and all(r["extra_info"]["question"].startswith(eval_stem) for r in held)
+    again = search_data.write_task(tmp_path / "b", seed=3)
+    assert open(again[1]).read().replace("/b/", "/a/") == open(eval_file).read()
+
+
+def test_cpu_search_task_in_the_env(tmp_path):
+    """Every person's own note is the first hit for their name (the others share a name with
+    them); the prompt's solved examples show observations exactly as the env writes them; the
+    right answer scores 1 and a neighbour's town 0."""
+    import skyrl_gym
+    from skyrl_gym.envs.search.env import bm25_index
+
+    _, eval_file = search_data.write_task(tmp_path)
+    for split in ("train", "eval"):
+        index = bm25_index(str(tmp_path / f"{split}_corpus.jsonl"))
+        for person in search_data.people(split):
+            hits = index.search([person.name], 3)[0]
+            assert hits[0].passage.title == person.name and len(hits) == 3, person.name
+    example_notes = tmp_path / "examples.jsonl"
+    search_data.write_corpus(example_notes, list(search_data._EXAMPLE_PEOPLE.values()))
+    shown = [t["content"] for t in search_data.EXAMPLES if "<information>" in t["content"]]
+    for (name, *_), text in zip(search_data._EXAMPLE_SCRIPT, shown, strict=True):
+        extras = {"reward_spec": {"ground_truth": {"target": "?"}}}
+        env = skyrl_gym.make(
+            "search", env_config={"corpus_path": str(example_notes), "topk": 3}, extras=extras
+        )
+        env.init([{"role": "user", "content": "?"}])
+        assert env.step(f"<search>{name}</search>").observations[0]["content"] == text
+    rows = [json.loads(x) for x in open(eval_file)]
+    row = next(r for r in rows if r["extra_info"]["kind"] == "town")
+    other = next(
+        p for p in search_data.people("eval") if p.town != row["reward_spec"]["ground_truth"]["target"][0]
+    )
+    for answer, reward in ((row["reward_spec"]["ground_truth"]["target"][0], 1.0), (other.town, 0.0)):
+        env = skyrl_gym.make("search", env_config=row["env_config"], extras=row)
+        env.init(row["prompt"])
+        obs = env.step(f"<search>{row['extra_info']['person']}</search>").observations[0]["content"]
+        assert f"Title: {row['extra_info']['person']})" in obs
+        out = env.step(f"<answer>{answer}</answer>")
+        assert out.done and out.reward == reward
+        assert env.get_metrics()["answer_supported"] == (reward == 1.0 or other.town in obs)

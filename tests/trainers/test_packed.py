@@ -54,7 +54,9 @@ def test_packed_equals_padded_and_unshared():
     for name, attn, prefix in (("plain", "sdpa", 0), ("padded", "eager", P), ("packed", "sdpa", P)):
         model = _lm(attn)
         results[name] = _logprobs_and_grads(model, ids_BT, attn_BT, mask_BT, prefix)
-        assert model.config._attn_implementation == {"plain": "sdpa", "padded": "eager", "packed": PACKED}[name]
+        assert (
+            model.config._attn_implementation == {"plain": "sdpa", "padded": "eager", "packed": PACKED}[name]
+        )
     lp0, g0 = results["plain"]
     assert lp0.abs().sum() > 0
     for name in ("padded", "packed"):
