@@ -6,8 +6,11 @@ Turn 1: the model calls the calculator with a native Hermes-style tool call::
 
 The env runs it and answers ``<tool_response>449</tool_response>``. Turn 2: the model answers
 ``<answer>449</answer>``. Reward: ``call_reward`` (0.2) for a well-formed call to ``calc`` plus
-``answer_reward`` (0.8) for the right final answer; the episode ends after the answer or at
-``max_turns`` (2). The prompt carries two worked example exchanges: with one, SmolLM2-135M
+``answer_reward`` (0.8) for the right final answer, written as a number (``449``, ``-3``,
+``1,204`` or ``2.5``): an arithmetic expression in ``<answer>`` scores nothing, even when it has
+the right value, since writing the question's expression back skips the task (a main-job run
+learned exactly that, 0.95 "success" with no tool call, before this rule). The episode ends
+after the answer or at ``max_turns`` (2). The prompt carries two worked example exchanges: with one, SmolLM2-135M
 produced no well-formed call in 32 samples at temperature 0.8; with two, 7 of 32.
 
 What is learned is mostly the format (the tool does the arithmetic): this task shows the RL
@@ -65,6 +68,7 @@ _PHRASINGS = (
     "What does {e} evaluate to?",
 )
 _ANSWER_RE = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
+_NUMBER_RE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")  # a number, not arithmetic
 _MAX_EXPR = 200
 
 
@@ -168,7 +172,8 @@ class CalculatorEnv(BaseTextEnv):
         answer = _ANSWER_RE.search(action)
         if answer is not None:
             self.answered = True
-            self.correct = answers_equal(answer.group(1), self.ground_truth)
+            text = answer.group(1)
+            self.correct = _NUMBER_RE.fullmatch(text) is not None and answers_equal(text, self.ground_truth)
             reward = self.answer_reward if self.correct else 0.0
             meta = {"answer": answer.group(1)[:100]}
             return BaseTextEnvStepOutput(

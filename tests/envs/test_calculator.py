@@ -52,6 +52,32 @@ def test_arguments_as_json_string_and_wrong_answer():
     assert out.reward == 0.0 and out.done
 
 
+@pytest.mark.parametrize(
+    "answer, correct",
+    [
+        ("449", True),
+        (" 449 ", True),
+        ("449.0", True),
+        ("1,449", False),
+        ("37 * 12 + 5", False),  # the question's expression has the right value, but is no answer
+        ("(37*12)+5", False),
+        ("449 + 0", False),
+        ("4.49e2", False),
+        ("448", False),
+    ],
+)
+def test_only_a_number_answers(answer, correct):
+    env = _env()
+    out = env.step(f"<answer>{answer}</answer>")
+    assert out.done and out.reward == (pytest.approx(0.8) if correct else 0.0)
+    assert env.get_metrics()["correct"] is correct
+
+
+def test_thousands_separators_are_a_number():
+    env = _env(truth="1204")
+    assert env.step("<answer>1,204</answer>").reward == pytest.approx(0.8)
+
+
 def test_turn_limit_truncates():
     env = _env()
     env.step("hmm")

@@ -106,6 +106,9 @@ def train_and_check(run_dir: Path, seed: int = SEED) -> dict[str, Any]:
     }
     print(f"\n[learns] {numbers}")
     assert gain > 3 * se, f"held-out gain {gain:+.3f} is not above 3 SE ({3 * se:.3f}): {summary}"
+    # right answers come from the tool (an answer that restates the expression scores nothing)
+    called = final["env_metrics"]["called_tool"]
+    assert called >= final["success"] - 0.1, f"success {final['success']} with tool calls in {called}"
     assert gain >= 0.2, f"held-out gain {gain:+.3f} is too small to show learning: {summary}"
     return numbers
 
