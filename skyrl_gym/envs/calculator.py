@@ -10,8 +10,8 @@ The env runs it and answers ``<tool_response>449</tool_response>``. Turn 2: the 
 ``1,204`` or ``2.5``): an arithmetic expression in ``<answer>`` scores nothing, even when it has
 the right value, since writing the question's expression back skips the task (a main-job run
 learned exactly that, 0.95 "success" with no tool call, before this rule). The episode ends
-after the answer or at ``max_turns`` (2). The prompt carries two worked example exchanges: with one, SmolLM2-135M
-produced no well-formed call in 32 samples at temperature 0.8; with two, 7 of 32.
+after the answer or at ``max_turns`` (2). The prompt carries three worked example exchanges (two
+with parentheses); why three is measured at ``_EXAMPLES``.
 
 What is learned is mostly the format (the tool does the arithmetic): this task shows the RL
 mechanics working end to end, not reasoning gains.
@@ -38,13 +38,22 @@ SYSTEM_PROMPT = (
     '<tool_call>{"name": "calc", "arguments": {"expr": "<arithmetic expression>"}}</tool_call>\n'
     "You will get <tool_response>result</tool_response>. Then reply with <answer>result</answer>."
 )
-# Two worked example exchanges. Measured with SmolLM2-135M-Instruct at temperature 0.8 (32
+# The worked example exchanges. Measured with SmolLM2-135M-Instruct at temperature 0.8 (32
 # samples over 4 questions): one example gives 0/32 well-formed calls, two give 7/32. The second
 # has parentheses, as a quarter of the questions do: with two examples without them the model
 # wrote a call's expression without the question's parentheses (the token ' "(' had probability
 # 0.017 at the expression's start; 0 of 112 training samples kept them) and GRPO never saw a
 # right answer to those questions (main job: 0.63 held-out); with it that token has 0.08-0.36.
-_EXAMPLES = (("What is 12 * 4 + 7?", "12 * 4 + 7", 55), ("Compute (9 + 3) * 5.", "(9 + 3) * 5", 60))
+# With those two examples the main job still failed the parenthesized held-out questions most
+# (0.49 and 0.68 success against 0.89 and 0.91 for the others, two runs of 2026-12-04): the
+# trained model wrote "20 + 59) * 60" or "20 + 59 * 60". The third example, a second one with
+# parentheses, lifted them to 0.99 (all held-out: 0.969, 12 steps at lr 4e-5) and the baseline from
+# 0.02-0.03 to 0.086 (docs/measurements/main-job-2026-12-04-3ex-12steps-cpu.json).
+_EXAMPLES = (
+    ("What is 12 * 4 + 7?", "12 * 4 + 7", 55),
+    ("Compute (9 + 3) * 5.", "(9 + 3) * 5", 60),
+    ("Calculate (14 + 7) * 3.", "(14 + 7) * 3", 63),
+)
 
 
 def _example_messages() -> list[dict[str, str]]:

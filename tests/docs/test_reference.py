@@ -29,6 +29,6 @@ def test_reference_covers_every_public_module_and_documented_name():
     text = pages[REPO / "docs" / "reference" / "trainers.md"]
     for module in gen.public_modules("trainers"):
         assert f"## `{module}`" in text
-    assert "### class `TrainConfig`" in text and "| `lr` | `float` | `2e-05` | AdamW learning rate. |" in text
+    assert "### class `TrainConfig`" in text and "| `lr` | `float` | `4e-05` | AdamW learning rate. |" in text
     assert '<a id="trainers.advantages.compute_advantages"></a>' in text
     assert all(p.name.endswith(".md") for p in pages) and len(pages) == len(gen.PACKAGES)
