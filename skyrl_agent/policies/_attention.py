@@ -1,15 +1,19 @@
-"""Attention for CPU decode steps: two matmuls where torch's fused kernel is slow.
+"""Attention for CPU decode steps: two float32 matmuls instead of torch's fused kernel.
 
-On CPU, ``torch.nn.functional.scaled_dot_product_attention`` runs a flash-attention kernel
-that is tuned for long queries. For a decode step (one query token per row) in bf16 it is
-about 10x slower than the plain ``softmax(q k^T) v`` on this project's 2-core machine (a
-batch of 32, 9 query heads over 3 key/value heads, 170 cached tokens: 3.7 ms against 0.35 ms per
-layer, timed alone), and at 30 layers that was 43% of a decode step by the profiler.
-``bench/bench_attention.py`` times whole steps with and without it.
+For a decode step (one query token per row) on CPU this was once about 10x faster than
+``torch.nn.functional.scaled_dot_product_attention`` on this project's 2-core machine (a batch
+of 32, 170 cached tokens: 3.7 ms against 0.35 ms per layer with bf16 matmuls). It no longer
+pays off (2026-12-04, a batch of 30, 9 query heads over 3 key/value heads, 561 cached bf16
+tokens, timed alone): transformers' ``sdpa_attention_forward``, which the model calls, took
+1.8 ms per layer, these float32 matmuls 2.2 ms (torch's SDPA called directly with
+``enable_gqa=True`` took 10.4 ms), and the main job's held-out evaluation of a trained
+checkpoint took 126 s with the engine's bf16 weight copy switched to it against 104 s without.
+So :class:`~skyrl_agent.policies.hf.HFPolicy` leaves it off unless
+``fast_decode_attention=True``.
 
-Its scores come out of a bf16 matmul, so they are rounded to bf16 before the softmax, where
-SDPA's kernel keeps them in float32; that is why :class:`~skyrl_agent.policies.hf.HFPolicy`
-leaves it off unless ``fast_decode_attention=True`` (decision 0018).
+The matmuls run in float32 with autocast off: the bf16 keys and values are cast up, so the
+scores and the weighted sum are float32 as in SDPA's kernel (scores' error against float64:
+4e-7; a bf16 matmul, as in the first version, rounds them to bf16: 0.016).
 
 :data:`ATTENTION` is registered with transformers' ``AttentionInterface`` (and its mask
 interface, with SDPA's masks), so a model switched to it (:func:`use_fast_decode_attention`)
@@ -67,17 +71,18 @@ def _decode_attention(
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     group = H // KV
     scale = scaling if scaling is not None else 1.0 / math.sqrt(D)
-    # query head h reads key/value head h // group (transformers' repeat_kv order)
-    q_BKGD = query.reshape(B, KV, group, D)
-    scores_BKGL = torch.matmul(q_BKGD, key.transpose(-1, -2)).float() * scale
-    if attention_mask is not None:
-        mask_B11L = attention_mask[:, :, :, :L]
-        if mask_B11L.dtype == torch.bool:
-            scores_BKGL = scores_BKGL.masked_fill(~mask_B11L, float("-inf"))
-        else:
-            scores_BKGL = scores_BKGL + mask_B11L.float()
-    probs_BKGL = torch.softmax(scores_BKGL, dim=-1).to(value.dtype)
-    out_BKGD = torch.matmul(probs_BKGL, value)
+    with torch.autocast("cpu", enabled=False):  # float32 scores and sums, as SDPA's kernel
+        # query head h reads key/value head h // group (transformers' repeat_kv order)
+        q_BKGD = query.reshape(B, KV, group, D).float()
+        scores_BKGL = torch.matmul(q_BKGD, key.float().transpose(-1, -2)) * scale
+        if attention_mask is not None:
+            mask_B11L = attention_mask[:, :, :, :L]
+            if mask_B11L.dtype == torch.bool:
+                scores_BKGL = scores_BKGL.masked_fill(~mask_B11L, float("-inf"))
+            else:
+                scores_BKGL = scores_BKGL + mask_B11L.float()
+        probs_BKGL = torch.softmax(scores_BKGL, dim=-1)
+        out_BKGD = torch.matmul(probs_BKGL, value.float()).to(query.dtype)
     return out_BKGD.reshape(B, H, 1, D).transpose(1, 2), None
 
 

@@ -508,8 +508,9 @@ class InferenceEngine:
             ATTENTION,
             "skyrl_packed",  # the trainer's packed forward (trainers._packed): SDPA for every other call
         )
-        # on CPU, decode steps attend over whole buffers: contiguous keys and values, which
-        # bf16 matmuls would otherwise copy at every layer (39% of a step, measured)
+        # with the opt-in matmul attention on CPU, decode steps attend over whole buffers:
+        # contiguous keys and values (a strided slice cost a copy per layer when those matmuls
+        # ran in bf16: 39% of a step, measured; the float32 version casts them anyway)
         self._full_width_decode = getattr(cfg, "_attn_implementation", None) == ATTENTION
         self.store = PrefixStore(self.config.prefix_cache_bytes, self.config.min_reuse_tokens)
         self.weights_version = 0

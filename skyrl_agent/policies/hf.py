@@ -75,11 +75,9 @@ class HFPolicy:
         engine: the engine's settings (``max_rows`` defaults to ``max_batch_size``).
         fast_decode_attention: on CPU, switch a model that uses SDPA attention to
             :data:`skyrl_agent.policies._attention.ATTENTION`, which computes one-token decode
-            steps with two matmuls instead of torch's flash kernel (about 10x faster in bf16
-            there) and hands everything else to SDPA unchanged. It changes ``model.config``.
-            Off by default: its scores are rounded to bf16 before the softmax (SDPA keeps them
-            in float32), and the one main-job run with it on ended at 0.73 held-out success
-            against 0.91 without (cause not yet confirmed; see decision 0018).
+            steps with two float32 matmuls and hands everything else to SDPA unchanged. It
+            changes ``model.config``. Off by default: with the transformers in use it is no
+            faster than SDPA there (measured in that module's docstring).
         bf16_weight_copy: with ``autocast_bf16`` on a CPU float32 model, the engine decodes with
             a copy whose linear weights are bf16 (:class:`~skyrl_agent.policies._lean.LeanCopy`:
             the same results, without casting every weight at every step; it costs the
