@@ -36,7 +36,7 @@ class TrainConfig:
     """A GRPO/PPO run: data, model, rollouts, algorithm, optimizer, evaluation and bookkeeping.
 
     The defaults are the main job: the bundled SmolLM2-135M-Instruct learning the two-turn
-    ``calculator`` tool-use task on CPU (about 10 minutes on two AVX512-BF16 cores; see the README)."""
+    ``calculator`` tool-use task on CPU (about 11 minutes on two AVX512-BF16 cores; see the README)."""
 
     # ---------------------------------------------------------------- task and data
     env: str = "calculator"
@@ -82,7 +82,7 @@ class TrainConfig:
     natively (CUDA; a CPU with AVX512-BF16 or AMX), off elsewhere: on an AVX2-only CPU bf16 is
     emulated and several times slower than float32 (``skyrl_agent.models.bf16_is_native``)."""
     # ---------------------------------------------------------------- rollouts
-    steps: int = 8
+    steps: int = 12
     """Training steps (each: one batch of groups, one or more optimizer updates)."""
     prompts_per_step: int = 4
     """Prompts per step."""

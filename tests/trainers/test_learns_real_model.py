@@ -43,7 +43,7 @@ def _config(run_dir: str, seed: int = SEED) -> TrainConfig:
 
     Kept from the main job: env, model, 4 prompts x 8 samples, temperature 0.8, turn and token
     limits, plain GRPO with flat groups skipped, full fine-tune, AdamW with grad clip 1.0.
-    Changed: 3 steps instead of 8 and lr 5e-5 instead of 4e-5 (the first informative update
+    Changed: 3 steps instead of 12 and lr 5e-5 instead of 4e-5 (the first informative update
     already lifts the training success from about 3% to about 50%; lr 1e-4 learned no faster),
     48 x 1 held-out episodes instead of 64 x 4, and bf16 only where it is native."""
     return TrainConfig(
