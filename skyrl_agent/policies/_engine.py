@@ -30,6 +30,14 @@ concatenated per step (a growing ``DynamicCache`` copies the whole cache every t
 leave by moving the last row into the freed one, and leading columns that no row uses are
 dropped when they add up.
 
+Shared prefix (``cascade_min_tokens``, :mod:`skyrl_agent.policies._cascade`): when the engine
+decodes with its bf16 weight copy, the KV of a prefix that newcomers share (a system prompt,
+from a group prefill or the store) is kept once as a :class:`SharedPrefix`. Rows that start with
+it drop those columns from their buffer rows (a row already running adopts it too) and decode
+steps read the single copy; a finished row's stored KV gets the prefix's columns back in front.
+A new prefix replaces the current one only when no running row reads it; a weight change drops
+it.
+
 Logprobs are exact: each sampled token's logprob is ``log_softmax`` of the logits the engine
 computed for it (temperature 1, before filters), the quantity the trainer's importance ratio
 needs; ``tests/agent/test_engine_policy.py`` compares them with a full forward pass. A prefix
@@ -57,6 +65,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from skyrl_agent.policies._attention import ATTENTION
+from skyrl_agent.policies._cascade import SharedPrefix, cascade_step, use_cascade_attention
 from skyrl_agent.policies._lean import LeanCopy
 from skyrl_agent.policies._sampling import find_stop, prefill, sample_rows
 from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, SamplingParams
@@ -93,6 +102,11 @@ class EngineConfig:
     """Newcomers admitted together that share this many leading tokens prefill them once."""
     compact_every: int = 64
     """Drop leading columns no running row uses once there are this many."""
+    cascade_min_tokens: int = 64
+    """Rows whose prompts start with the same prefix of at least this many tokens (a system
+    prompt) keep one copy of its KV, which decode steps read once for all of them (cascade
+    attention, :mod:`skyrl_agent.policies._cascade`). Applies where the engine decodes with its
+    bf16 weight copy (CPU under bf16 autocast); 0 turns it off."""
 
     def __post_init__(self) -> None:
         if self.max_rows < 1:
@@ -129,6 +143,10 @@ class EngineStats:
     """Most budgeted tokens (prompt + max_tokens over the running rows) at once."""
     lean_refreshes: int = 0
     """Times the bf16 copy of the weights was brought up to the model's (see ``LeanCopy``)."""
+    cascade_rows_decoded: int = 0
+    """Sum over decode steps of the rows that read a shared prefix's single copy of KV."""
+    cascade_columns_saved: int = 0
+    """Sum over decode steps of the prefix columns those rows did not hold themselves."""
 
 
 # --------------------------------------------------------------------------- the KV buffers
@@ -254,6 +272,11 @@ class _Slots:
     def insert(self, kv: Sequence[tuple[torch.Tensor, torch.Tensor]], valid_GT: torch.Tensor) -> None:
         """Add rows whose KV (per layer ``[G, heads, T_g, dim]``, with ``valid_GT`` saying which
         columns are real) ends at the batch's current column."""
+        used = valid_GT.any(0).nonzero()
+        lead = int(used[0]) if len(used) else valid_GT.shape[1]
+        if lead:  # columns no newcomer attends to (a shared prefix they read from one copy)
+            valid_GT = valid_GT[:, lead:]
+            kv = [(k[:, :, lead:], v[:, :, lead:]) for k, v in kv]
         G, Tg = valid_GT.shape
         if self.rows == 0:
             self.t = 0
@@ -440,6 +463,7 @@ class _Row:
     new_lps: list[float] = field(default_factory=list)
     tops: list[list[tuple[int, float]]] = field(default_factory=list)
     next_pos: int = 0
+    shared_n: int = 0  # leading prompt tokens whose KV the row reads from the engine's SharedPrefix
     finish: FinishReason | None = None
     matched: str | int | None = None
 
@@ -493,6 +517,11 @@ class InferenceEngine:
         self._run = lean.module if lean is not None else model  # what the steps call
         self._lean_key: int | None = None
         self.config = config or EngineConfig()
+        # cascade attention only on the engine's own copy: the trainer's module keeps SDPA
+        self._cascade_on = bool(
+            lean is not None and self.config.cascade_min_tokens > 0 and use_cascade_attention(lean.module)
+        )
+        self._shared: SharedPrefix | None = None
         self.eos_token_ids, self.pad_token_id = eos_token_ids, pad_token_id
         self._cache_kwarg = cache_kwarg
         self._seed_source, self._context = seed_source, context
@@ -566,6 +595,7 @@ class InferenceEngine:
                         self._weights_key = self._current_weights_key()
                         if not self.config.allow_stale_prefix:
                             self.store.clear()
+                        self._shared = None
                         return
                 with self._cv:
                     self._cv.wait(timeout=0.05)
@@ -658,6 +688,7 @@ class InferenceEngine:
             key = self._current_weights_key()
             if key != self._weights_key:
                 self._weights_key = key
+                self._shared = None
                 if not self.config.allow_stale_prefix:
                     self.store.clear()
         used = sum(r.budget() for r in self._rows)
@@ -700,6 +731,7 @@ class InferenceEngine:
                 continue
             self._stats.reused_tokens += n * len(members)
             hits.append((members, n, kv))
+            self._offer_shared(members[0].prompt[:n], kv, version)
         if fresh:
             self._prefill_isolated(fresh, [r.prompt for r in fresh], [])
         singles: list[tuple[_Row, int, _KV]] = []
@@ -714,6 +746,46 @@ class InferenceEngine:
                 [r.prompt[n:] for r, n, _ in singles],
                 [(n, kv) for _, n, kv in singles],
             )
+
+    def _offer_shared(self, ids: list[int], kv: _KV, version: int | None) -> None:
+        """Make ``ids`` (with its KV, computed with weights ``version``) the prefix rows read from
+        one copy, unless a running row still reads the current one or it is too short. Offers
+        that start like the current prefix narrow it to what both share (the system prompt
+        of prompts that go on with different questions)."""
+        if not self._cascade_on or version is None or len(ids) < self.config.cascade_min_tokens:
+            return
+        if self._shared is not None and any(r.shared_n for r in self._rows):
+            return
+        current = self._shared
+        if current is not None and current.version == version:
+            n = current.shared_with(ids)
+            if n == len(current.ids):
+                return
+            if n >= self.config.cascade_min_tokens:  # e.g. two questions: keep what they share
+                self._shared = SharedPrefix.from_kv(ids[:n], current.stored, version)
+                return
+        self._shared = SharedPrefix.from_kv(ids, kv, version)
+        self._adopt_shared()
+
+    def _adopt_shared(self) -> None:
+        """Running rows that start with the new shared prefix (a request that arrived alone just
+        before the rest of its batch) drop their copy of its columns and read the shared one:
+        otherwise their long rows would keep every row's buffers as wide as before."""
+        shared, slots = self._shared, self._slots
+        if shared is None or not self._rows:
+            return
+        adopted = False
+        for b, row in enumerate(self._rows):
+            if row.shared_n or row.version != shared.version:
+                continue
+            n = shared.shared_with(row.prompt)
+            if n < self.config.cascade_min_tokens:
+                continue
+            cols = slots.valid[b, : slots.t].nonzero().flatten()[:n]
+            slots.valid[b, cols] = False
+            row.shared_n, adopted = n, True
+        if adopted:
+            slots.compact(1)
 
     def _prefill_isolated(
         self,
@@ -802,15 +874,13 @@ class InferenceEngine:
         self._stats.prefill_tokens += shared + sum(len(x) - shared for x in run)
         # the columns every row has in common, stored for prompts that start the same way
         common = past_len + (shared or (len(run[0]) if B > 1 and len(run) == 1 else 0))
-        if common > past_len and self.config.prefix_cache_bytes:
-            self.store.put(
-                rows[0].prompt[:common],
-                [
-                    (lay.keys[:1, :, :common].clone(), lay.values[:1, :, :common].clone())
-                    for lay in cache.layers
-                ],
-                rows[0].version,
-            )
+        if common > past_len and (self.config.prefix_cache_bytes or self._cascade_on):
+            common_kv = [
+                (lay.keys[:1, :, :common].clone(), lay.values[:1, :, :common].clone()) for lay in cache.layers
+            ]
+            if self.config.prefix_cache_bytes:
+                self.store.put(rows[0].prompt[:common], common_kv, rows[0].version)
+            self._offer_shared(rows[0].prompt[:common], common_kv, rows[0].version)
         for r in rows:
             r.next_pos = len(r.prompt)
         keep = self._sample(rows, logits_BV)
@@ -827,6 +897,15 @@ class InferenceEngine:
             layers = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in layers]
         if len(keep) < B:
             valid = valid.index_select(0, torch.as_tensor(keep, device=dev))
+        shared = self._shared
+        if shared is not None:
+            for j in keep:
+                r = rows[j]
+                n = shared.shared_with(r.prompt) if r.version == shared.version else 0
+                r.shared_n = n if n >= self.config.cascade_min_tokens else 0
+            n_G = torch.as_tensor([rows[j].shared_n for j in keep], device=dev)
+            if bool(n_G.any()):  # those rows hold only the columns after the shared prefix
+                valid = valid * (valid.cumsum(1) > n_G[:, None])
         self._slots.insert(layers, valid)
         self._rows += [rows[j] for j in keep]
 
@@ -840,16 +919,29 @@ class InferenceEngine:
         tokens = torch.as_tensor([r.new_ids[-1] for r in rows], dtype=torch.long, device=dev)[:, None]
         pos = torch.as_tensor([r.next_pos for r in rows], dtype=torch.long, device=dev)[:, None]
         slots.full_width = self._full_width_decode
+        shared_n = [r.shared_n for r in rows]
+        cascade: contextlib.AbstractContextManager = contextlib.nullcontext()
+        if self._shared is not None and any(shared_n):
+            N = len(self._shared.ids)
+            reads_BN = None  # every row reads the whole prefix: nothing to mask
+            if any(n != N for n in shared_n):
+                reads_BN = (
+                    torch.arange(N, device=dev)[None, :] < torch.as_tensor(shared_n, device=dev)[:, None]
+                )
+            cascade = cascade_step(self._shared, reads_BN)
+            self._stats.cascade_rows_decoded += sum(1 for n in shared_n if n)
+            self._stats.cascade_columns_saved += sum(shared_n)
         try:
-            out = self._run(
-                input_ids=tokens,
-                position_ids=pos,
-                attention_mask=slots.full_step_mask()
-                if slots.full_width
-                else slots.step_mask(self._additive_mask),
-                use_cache=True,
-                **{self._cache_kwarg: slots.as_cache()},
-            )
+            with cascade:
+                out = self._run(
+                    input_ids=tokens,
+                    position_ids=pos,
+                    attention_mask=slots.full_step_mask()
+                    if slots.full_width
+                    else slots.step_mask(self._additive_mask),
+                    use_cache=True,
+                    **{self._cache_kwarg: slots.as_cache()},
+                )
         finally:
             slots.full_width = False
         slots.t += 1
@@ -871,6 +963,14 @@ class InferenceEngine:
             row.version == self._weights_key or self.config.allow_stale_prefix
         ):
             kv = self._slots.extract(j)
+            if row.shared_n and self._shared is not None:  # the shared prefix's columns go first
+                n, pre = row.shared_n, self._shared.stored
+                kv = [
+                    (torch.cat([pk[:, :, :n], k], 2), torch.cat([pv[:, :, :n], v], 2))
+                    for (pk, pv), (k, v) in zip(
+                        pre, kv or [(pk[:, :, :0], pv[:, :, :0]) for pk, pv in pre], strict=True
+                    )
+                ]
             if kv is not None:  # the last token was sampled, never run
                 self.store.put(row.prompt + row.new_ids[:-1], kv, row.version)
         self._finish(row)

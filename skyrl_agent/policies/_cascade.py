@@ -1,0 +1,213 @@
+"""Cascade attention for decode steps: rows that start with the same prompt prefix read one copy
+of its keys and values.
+
+In a batch of rows under one long system prompt (every evaluation and every GRPO step of the
+main job: the same instructions, tool schema and worked examples before each question) a plain
+decode step reads the prompt's keys and values once per row. Profiled on this project's 2-core
+machine (2026-12-04, bf16 autocast, 32 rows over 564 columns), SDPA took 75 of a 184 ms step.
+Here the prefix's KV is kept once (:class:`SharedPrefix`) and each row keeps only its own
+columns (its question, earlier turns and new tokens) in the engine's buffers. A decode step
+makes two calls of torch's CPU flash-attention kernel, which returns each softmax's
+log-sum-exp: the rows' queries against their own columns, with the ``G`` query heads of a
+key/value head as ``G`` query positions (no repeated keys); and all the rows' queries as one
+batch of ``B * G`` queries against the prefix. The two partial results are merged by their
+log-sum-exps, which is the softmax over all the columns: the same attention, with the prefix
+read once. Timed alone (64 rows, a 540-token prefix, 180 own columns, bf16): 1.8 ms per layer
+against 4.6 ms for SDPA over the concatenated columns.
+
+:data:`CASCADE` is registered with transformers' ``AttentionInterface``. The engine switches its
+own bf16 copy of the model to it (never the trainer's module) and enters :func:`cascade_step`
+around a decode step; every other call (prefill, steps without a shared prefix) goes to
+transformers' SDPA function unchanged. The prefix part runs in float32; the own part in the
+query's dtype, so under bf16 autocast a result is rounded to bf16 twice (its own part, then the
+merged output) against once in SDPA (``tests/agent/test_cascade.py`` bounds the difference).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["CASCADE", "SharedPrefix", "cascade_step", "use_cascade_attention"]
+
+log = logging.getLogger(__name__)
+
+#: The name the attention function is registered under (``model.config._attn_implementation``).
+CASCADE = "skyrl_cascade"
+
+_registered = False
+
+
+@dataclass
+class SharedPrefix:
+    """One prompt prefix's KV, kept once for every row that starts with it."""
+
+    ids: list[int]
+    """The prefix's token ids (a row uses the part its prompt shares)."""
+    keys: list[torch.Tensor]
+    """Per layer ``[1, kv_heads, n, head_dim]``, float32 (what decode steps read)."""
+    values: list[torch.Tensor]
+    """Per layer ``[1, kv_heads, n, head_dim]``, float32."""
+    stored: list[tuple[torch.Tensor, torch.Tensor]]
+    """Per layer ``(keys, values)`` of ``[1, kv_heads, n, head_dim]`` in the cache's dtype: put
+    back in front of a finished row's own columns when its KV is stored for the next turn."""
+    version: int
+    """The weights the KV was computed with (the engine's weights key)."""
+
+    @classmethod
+    def from_kv(
+        cls, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]], version: int
+    ) -> SharedPrefix:
+        """From per-layer ``[1, kv_heads, >= len(ids), head_dim]`` keys and values."""
+        n = len(ids)
+        stored = [(k[:, :, :n], v[:, :, :n]) for k, v in kv]
+        return cls(
+            ids=list(ids),
+            keys=[k.float().contiguous() for k, _ in stored],
+            values=[v.float().contiguous() for _, v in stored],
+            stored=stored,
+            version=version,
+        )
+
+    def shared_with(self, prompt: list[int]) -> int:
+        """How many leading tokens ``prompt`` shares with :attr:`ids`."""
+        n = min(len(self.ids), len(prompt))
+        if self.ids[:n] == prompt[:n]:
+            return n
+        lo, hi = 0, n  # binary search on prefix equality (list slices compare in C)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.ids[:mid] == prompt[:mid]:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+#: During a decode step: the prefix and ``[B, n]`` bool, which of its columns each row reads
+#: (None: all of them, every row).
+_STEP: contextvars.ContextVar[tuple[SharedPrefix, torch.Tensor | None] | None] = contextvars.ContextVar(
+    "skyrl_cascade_step", default=None
+)
+
+
+@contextlib.contextmanager
+def cascade_step(prefix: SharedPrefix, reads_BN: torch.Tensor | None) -> Iterator[None]:
+    """Model calls inside attend, for row ``b``, to the prefix's columns where ``reads_BN[b]``
+    is True (every column when ``reads_BN`` is None) besides the columns of the cache they are
+    given."""
+    token = _STEP.set((prefix, reads_BN))
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
+
+
+def _cascade_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function contract: ``query [B, H, Q, D]``, ``key``/``value``
+    ``[B, KV, L, D]``, a bool (``True`` = attend) or additive mask ``[B, 1, Q, L]``; returns
+    ``([B, Q, H, D], None)``."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    step = _STEP.get()
+    B, H, Q, D = query.shape
+    KV, L = key.shape[1], key.shape[2]
+    layer = getattr(module, "layer_idx", None)
+    if (
+        step is None
+        or Q != 1
+        or layer is None
+        or dropout != 0.0
+        or H % KV
+        or kwargs.get("softcap") is not None
+        or kwargs.get("s_aux") is not None
+        or (attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[1] != 1))
+    ):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    prefix, reads_BN = step
+    Kp_1KND, Vp_1KND = prefix.keys[layer], prefix.values[layer]
+    N, G, M = Kp_1KND.shape[2], H // KV, B * H // KV
+    scale = scaling if scaling is not None else D**-0.5
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    with torch.autocast(query.device.type, enabled=False):
+        # kv head k's query heads k * G .. k * G + G - 1 (transformers' repeat_kv order) become
+        # G query positions over that head's keys: no repeated keys and values
+        q_BKGD = query.reshape(B, KV, G, D)
+        if key.dtype != query.dtype:
+            key, value = key.to(query.dtype), value.to(query.dtype)
+        own_mask = None
+        if attention_mask is not None:
+            own_mask = attention_mask[:, :, :, :L]
+            if own_mask.dtype == torch.bool:
+                own_mask = torch.zeros(own_mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+                    ~own_mask, float("-inf")
+                )
+            else:
+                own_mask = own_mask.to(query.dtype)
+        out_BKGD, lse_BKG = flash(q_BKGD, key, value, 0.0, False, attn_mask=own_mask, scale=scale)
+        # every row's queries against the one copy of the prefix: one attention of M queries
+        q_1KMD = q_BKGD.transpose(0, 1).reshape(1, KV, M, D).float()
+        pre_mask = None
+        if reads_BN is not None:
+            pre_mask = torch.zeros((1, 1, M, N), dtype=torch.float32, device=query.device).masked_fill(
+                ~reads_BN.repeat_interleave(G, 0)[None, None], float("-inf")
+            )
+        pre_1KMD, pre_lse_1KM = flash(q_1KMD, Kp_1KND, Vp_1KND, 0.0, False, attn_mask=pre_mask, scale=scale)
+        pre_BKGD = pre_1KMD.view(KV, B, G, D).transpose(0, 1)
+        pre_lse_BKG = pre_lse_1KM.view(KV, B, G).transpose(0, 1)
+        # the two softmaxes merged by their log-sum-exps: the softmax over all the columns
+        top = torch.maximum(lse_BKG, pre_lse_BKG)
+        w_own, w_pre = torch.exp(lse_BKG - top), torch.exp(pre_lse_BKG - top)
+        if reads_BN is not None:  # a row that reads no prefix column: its prefix part is void
+            reads_B11 = reads_BN.any(1)[:, None, None]
+            w_pre = torch.where(reads_B11, w_pre, 0.0)
+            pre_BKGD = torch.where(reads_B11[..., None], pre_BKGD, 0.0)
+        out = (out_BKGD.float() * w_own[..., None] + pre_BKGD * w_pre[..., None]) / (w_own + w_pre)[..., None]
+    return out.to(query.dtype).reshape(B, H, 1, D).transpose(1, 2), None
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(CASCADE, _cascade_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(CASCADE, sdpa_mask)
+    _registered = True
+
+
+def use_cascade_attention(model: Any) -> bool:
+    """Switch ``model`` (the engine's own copy) from SDPA to :data:`CASCADE`; returns whether it
+    did. Models with another attention implementation (eager, flash, the opt-in matmul decode
+    attention) are left alone."""
+    config = getattr(model, "config", None)
+    impl = getattr(config, "_attn_implementation", None)
+    if impl == CASCADE:
+        return True
+    # the trainer's packed attention is SDPA for every call the engine makes
+    if impl not in ("sdpa", "skyrl_packed") or not hasattr(model, "set_attn_implementation"):
+        return False
+    _register()
+    try:
+        model.set_attn_implementation(CASCADE)
+    except (ValueError, KeyError, ImportError) as exc:  # a model class that rejects custom attention
+        log.info("kept SDPA attention for %s: %s", type(model).__name__, exc)
+        return False
+    return getattr(model.config, "_attn_implementation", None) == CASCADE
