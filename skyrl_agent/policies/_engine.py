@@ -65,7 +65,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from skyrl_agent.policies._attention import ATTENTION
-from skyrl_agent.policies._cascade import SharedPrefix, cascade_step, use_cascade_attention
+from skyrl_agent.policies._cascade import SharedPrefix, cascade_step, common_prefix, use_cascade_attention
 from skyrl_agent.policies._lean import LeanCopy
 from skyrl_agent.policies._sampling import find_stop, prefill, sample_rows
 from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, SamplingParams
@@ -403,7 +403,7 @@ class PrefixStore:
             if n <= best_len:
                 continue
             if e.ids[:n] != list(prompt[:n]):
-                n = _common_prefix(e.ids, prompt, n)
+                n = common_prefix(e.ids, prompt, n)
             if n > best_len:
                 best_key, best_len = key, n
         if best_key is None or best_len < self.min_tokens:
@@ -440,17 +440,6 @@ class PrefixStore:
     def clear(self) -> None:
         self._entries.clear()
         self.nbytes = 0
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
-    lo, hi = 0, limit  # binary search on prefix equality (list slices compare in C)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if list(a[:mid]) == list(b[:mid]):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 # --------------------------------------------------------------------------- rows
