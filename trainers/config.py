@@ -202,6 +202,11 @@ class TrainConfig:
     fused_head: bool = True
     """Run the LM head only at positions that predict a trained token, fused with the
     log-softmax, in chunks (same losses and gradients; False: full logits, the reference path)."""
+    sampler_cascade_min_tokens: int = 0
+    """The sampler's ``EngineConfig.cascade_min_tokens``: above 0 (64 is a good value), rows
+    under a shared prompt prefix of at least this many tokens read one copy of its KV in decode
+    steps (CPU under bf16 autocast; see decision 0025). 0: off, the default until more runs
+    show it learns as well."""
     # ---------------------------------------------------------------- scale-out and overlap
     async_staleness: int = 0
     """0: synchronous (each batch sampled by the current weights). k >= 1: the next batches are
@@ -284,6 +289,10 @@ class TrainConfig:
             )
         if self.async_staleness < 0:
             raise ConfigError(f"async_staleness must be >= 0 (0: synchronous), got {self.async_staleness}")
+        if self.sampler_cascade_min_tokens < 0:
+            raise ConfigError(
+                f"sampler_cascade_min_tokens must be >= 0 (0: off; 64 turns it on), got {self.sampler_cascade_min_tokens}"
+            )
         if not 0 <= self.gae_lambda <= 1 or not 0 <= self.gamma <= 1:
             raise ConfigError(
                 f"gamma and gae_lambda must be in [0, 1], got {self.gamma} and {self.gae_lambda}"

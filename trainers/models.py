@@ -148,14 +148,16 @@ def reference_fn(cfg: TrainConfig, model: torch.nn.Module) -> ReferenceFn | None
 
 def _sampler(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, dist: DistContext) -> Any:
     """An ``HFPolicy`` over ``model``, seeded per rank, batching a whole step's episodes."""
-    from skyrl_agent.policies.hf import HFPolicy
+    from skyrl_agent.policies.hf import EngineConfig, HFPolicy
 
+    rows = max(cfg.prompts_per_step * cfg.group_size, 32)
     return HFPolicy(
         model,
         tokenizer,
-        max_batch_size=max(cfg.prompts_per_step * cfg.group_size, 32),
+        max_batch_size=rows,
         seed=cfg.seed + 7919 * dist.rank,
         autocast_bf16=cfg.bf16,
+        engine=EngineConfig(max_rows=rows, cascade_min_tokens=cfg.sampler_cascade_min_tokens),
     )
 
 

@@ -17,8 +17,11 @@ against 4.6 ms for SDPA over the concatenated columns.
 
 :data:`CASCADE` is registered with transformers' ``AttentionInterface``. The engine switches its
 own bf16 copy of the model to it (never the trainer's module) and enters :func:`cascade_step`
-around a decode step; every other call (prefill, steps without a shared prefix) goes to
-transformers' SDPA function unchanged. The prefix part runs in float32; the own part in the
+around a decode step. A masked call of several query tokens (a prefill on top of a past, or of
+left-padded rows) runs as one SDPA call that reads the shared key/value heads in place
+(:func:`_masked_gqa_attention`, with or without a shared prefix: the same numbers as
+transformers' SDPA function, which copies every head for each of its query heads first); every
+other call goes to transformers' SDPA function unchanged. The prefix part runs in float32; the own part in the
 query's dtype, so under bf16 autocast a result is rounded to bf16 twice (its own part, then the
 merged output) against once in SDPA (``tests/agent/test_cascade.py`` bounds the difference).
 """
@@ -128,16 +131,17 @@ def _cascade_attention(
     B, H, Q, D = query.shape
     KV, L = key.shape[1], key.shape[2]
     layer = getattr(module, "layer_idx", None)
-    if (
-        step is None
-        or Q != 1
-        or layer is None
-        or dropout != 0.0
-        or H % KV
-        or kwargs.get("softcap") is not None
-        or kwargs.get("s_aux") is not None
-        or (attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[1] != 1))
-    ):
+    plain = (
+        dropout == 0.0
+        and H % KV == 0
+        and kwargs.get("softcap") is None
+        and kwargs.get("s_aux") is None
+        and kwargs.get("position_bias") is None
+        and (attention_mask is None or (attention_mask.dim() == 4 and attention_mask.shape[1] == 1))
+    )
+    if plain and Q > 1 and KV < H and attention_mask is not None and query.device.type == "cpu":
+        return _masked_gqa_attention(query, key, value, attention_mask, scaling), None
+    if step is None or Q != 1 or layer is None or not plain:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     prefix, reads_BN = step
     Kp_1KND, Vp_1KND = prefix.keys[layer], prefix.values[layer]
@@ -179,6 +183,25 @@ def _cascade_attention(
             pre_BKGD = torch.where(reads_B11[..., None], pre_BKGD, 0.0)
         out = (out_BKGD.float() * w_own[..., None] + pre_BKGD * w_pre[..., None]) / (w_own + w_pre)[..., None]
     return out.to(query.dtype).reshape(B, H, 1, D).transpose(1, 2), None
+
+
+def _masked_gqa_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor,
+    scaling: float | None,
+) -> torch.Tensor:
+    """A masked multi-token call (a prefill on top of a past, left-padded rows) as one SDPA call
+    with ``enable_gqa``: transformers' SDPA function repeats every key/value head for each of
+    its query heads first whenever a mask is given (3x the keys and values of the bundled model,
+    copied per layer), since CUDA's kernels need that. Torch's CPU kernels read the shared heads
+    in place: a 32-row prefill of 20 tokens over a 540-token past took 665 instead of 1150 ms on
+    this project's machine (one thread, bf16). ``[B, H, Q, D]`` in, ``[B, Q, H, D]`` out."""
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=True
+    )
+    return out.transpose(1, 2).contiguous()
 
 
 def use_cascade_attention(model: Any) -> bool:

@@ -509,10 +509,11 @@ class InferenceEngine:
         self._run = lean.module if lean is not None else model  # what the steps call
         self._lean_key: int | None = None
         self.config = config or EngineConfig()
-        # cascade attention only on the engine's own copy: the trainer's module keeps SDPA
-        self._cascade_on = bool(
-            lean is not None and self.config.cascade_min_tokens > 0 and use_cascade_attention(lean.module)
-        )
+        # the engine's own copy runs the cascade attention function (masked prefills read
+        # shared key/value heads in place; decode steps read a shared prefix once when
+        # cascade_min_tokens is on); the trainer's module keeps SDPA
+        switched = lean is not None and use_cascade_attention(lean.module)
+        self._cascade_on = bool(switched and self.config.cascade_min_tokens > 0)
         self._shared: SharedPrefix | None = None
         self.eos_token_ids, self.pad_token_id = eos_token_ids, pad_token_id
         self._cache_kwarg = cache_kwarg

@@ -72,6 +72,16 @@ def find_stop(tokenizer: Any, ids: list[int], stops: tuple[str, ...]) -> str | N
     return next((s for s in stops if s in text), None)
 
 
+def _last_position(length: int, device: torch.device) -> torch.Tensor:
+    """``logits_to_keep`` for the last of ``length`` positions, as an index tensor.
+
+    The integer form (``1``) slices the hidden states to a strided view, and on CPU torch's
+    ``linear`` then copies the whole transposed output head for it (bf16: 56 MB for the bundled
+    model, about 120 ms of a 200 ms one-row prefill on this project's 2-core machine). Indexing
+    with a tensor gives a contiguous row, which the head multiplies in place."""
+    return torch.tensor([length - 1], device=device)
+
+
 def prefill(
     model: Any,
     cache_kwarg: str,
@@ -111,7 +121,7 @@ def prefill(
             attention_mask=torch.ones((1, past_len + shared), dtype=torch.long, device=dev),
             position_ids=torch.arange(past_len, past_len + shared, device=dev)[None],
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=_last_position(shared, dev),
             **kwargs0,
         )
         cache = output_cache(out)
@@ -135,7 +145,7 @@ def prefill(
         attention_mask=attn_BT,
         position_ids=pos_BS,
         use_cache=True,
-        logits_to_keep=1,
+        logits_to_keep=_last_position(S, dev),
         **kwargs,
     )
     return output_cache(out), out.logits[:, -1, :].float(), attn_BT, pos_BS, shared

@@ -106,6 +106,31 @@ def test_calls_outside_a_cascade_step_are_sdpa_unchanged() -> None:
     assert torch.equal(ours3, sdpa_attention_forward(module, q3, c["k"], c["v"], None, scaling=0.3)[0])
 
 
+@pytest.mark.parametrize("autocast", [False, True])
+def test_masked_prefill_reads_shared_heads_in_place_with_sdpas_numbers(
+    autocast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several query tokens under a mask (a prefill over a past, left padding): the same output,
+    bit for bit, as transformers' SDPA function, without its repeated keys and values."""
+    g = torch.Generator().manual_seed(3)
+    B, H, KV, Q, L, D = 3, 6, 2, 5, 17, 8
+    q, k, v = (torch.randn(B, n, s, D, generator=g) for n, s in ((H, Q), (KV, L), (KV, L)))
+    mask = torch.ones(B, 1, Q, L, dtype=torch.bool).tril(L - Q)
+    mask[1, :, :, :4] = False  # a left-padded row
+    module = types.SimpleNamespace(num_key_value_groups=H // KV, is_causal=True, layer_idx=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        ref, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.3)
+        import transformers.integrations.sdpa_attention as sdpa_module
+
+        def no_repeat(*args: object) -> None:
+            raise AssertionError("keys and values were repeated per query head")
+
+        monkeypatch.setattr(sdpa_module, "repeat_kv", no_repeat)
+        ours, _ = _cascade_attention(module, q, k, v, mask, scaling=0.3)
+    assert ours.shape == (B, Q, H, D)
+    assert torch.equal(ours, ref)
+
+
 def test_shared_with_counts_the_common_leading_tokens() -> None:
     prefix = SharedPrefix(ids=[1, 2, 3, 4, 5], keys=[], values=[], stored=[], version=0)
     assert prefix.shared_with([1, 2, 3, 4, 5, 6]) == 5

@@ -50,6 +50,7 @@ def test_flags_map_onto_fields():
     "kwargs",
     [
         {"async_staleness": -1},
+        {"sampler_cascade_min_tokens": -1},
         {"gae_lambda": 1.5},
         {"value_clip": -0.1},
         {"lora_target_modules": "q_proj"},
@@ -197,3 +198,28 @@ def test_non_default_loss_flags_reach_the_loss_calls(monkeypatch):
     torch.testing.assert_close(kwargs["weights_B"], torch.full((5,), 1 / (5 * 64.0), dtype=torch.float64))
     policy_kwargs = seen["policy"][0][1]
     torch.testing.assert_close(policy_kwargs["weights_B"], kwargs["weights_B"])
+
+
+def test_sampler_cascade_flag_reaches_the_engine() -> None:
+    """``--sampler-cascade-min-tokens`` turns cascade decode on in the trainer's sampler (its
+    bf16 copy under autocast); the default leaves it off."""
+    from skyrl_agent.models import tiny_random_model
+    from trainers.distributed import DistContext
+    from trainers.models import _sampler
+
+    model, tok = tiny_random_model()
+    on_cfg, _ = parse("--sampler-cascade-min-tokens 64 --bf16".split())
+    off_cfg, _ = parse(["--bf16"])
+    on, off = _sampler(on_cfg, model, tok, DistContext()), _sampler(off_cfg, model, tok, DistContext())
+    try:
+        assert on.engine is not None and off.engine is not None
+        assert on.engine.config.cascade_min_tokens == 64 and on.engine._cascade_on
+        assert off.engine.config.cascade_min_tokens == 0 and not off.engine._cascade_on
+        assert (
+            on.engine.config.max_rows
+            == off.engine.config.max_rows
+            == max(on_cfg.prompts_per_step * on_cfg.group_size, 32)
+        )
+    finally:
+        on.close()
+        off.close()
