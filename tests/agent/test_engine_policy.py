@@ -11,6 +11,7 @@ import torch
 from skyrl_agent.policies._engine import PrefixStore
 from skyrl_agent.policies.hf import EngineConfig, HFPolicy
 from skyrl_agent.types import GenerateRequest, SamplingParams
+from skyrl_gym.errors import ConfigError
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 
@@ -71,6 +72,39 @@ def test_a_late_request_joins_the_running_batch(policies, tokenizer):
     assert late_out.token_ids == reference.generate_sync([late_req])[0].token_ids
     assert long_out.token_ids == reference.generate_sync([long_req])[0].token_ids
     assert engine.engine_stats().peak_rows == 2
+
+
+@pytest.mark.parametrize("running", [5, 1])
+def test_a_busy_batch_takes_newcomers_together_every_admit_every_steps(tiny, tokenizer, running):
+    """Five of eight rows running (busy): two newcomers wait for the batch's admission step and
+    prefill in one forward. One of eight: they join at the next step."""
+    policy = HFPolicy(*tiny, seed=0, engine=EngineConfig(max_rows=8, admit_every=40))
+    long_req = GenerateRequest(tokenizer.encode("Once upon a time"), GREEDY.replace(max_tokens=150))
+    short = [
+        GenerateRequest(tokenizer.encode(t), GREEDY.replace(max_tokens=3)) for t in ("Hi", "Hello there")
+    ]
+    try:
+        longs = [policy.engine.submit(long_req) for _ in range(running)]
+        while policy.engine_stats().decode_steps < 2:
+            time.sleep(0.001)
+        before = policy.engine_stats()
+        outs = [f.result(timeout=60) for f in [policy.engine.submit(r) for r in short]]
+        after = policy.engine_stats()
+        assert not any(f.done() for f in longs)
+        for f in longs:
+            f.result(timeout=60)
+    finally:
+        policy.close()
+    assert [len(o.token_ids) for o in outs] == [3, 3]
+    if running == 5:  # admitted at step 40 since the long rows joined, both in one prefill
+        assert after.decode_steps >= 40 and after.prefills == before.prefills + 1
+    else:
+        assert after.decode_steps < 40
+
+
+def test_admit_every_must_be_positive():
+    with pytest.raises(ConfigError, match="admit_every"):
+        EngineConfig(admit_every=0)
 
 
 def test_concurrent_async_callers_share_steps(tiny, tokenizer):
