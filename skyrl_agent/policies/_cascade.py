@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from skyrl_agent._prefix import common_prefix
 from skyrl_agent.models import switch_attention
 
-__all__ = ["CASCADE", "SharedPrefix", "cascade_step", "common_prefix", "use_cascade_attention"]
+__all__ = ["CASCADE", "SharedPrefix", "cascade_step", "use_cascade_attention"]
 
 #: The name the attention function is registered under (``model.config._attn_implementation``).
 CASCADE = "skyrl_cascade"
@@ -79,18 +80,6 @@ class SharedPrefix:
         """How many leading tokens ``prompt`` shares with :attr:`ids`."""
         n = min(len(self.ids), len(prompt))
         return n if self.ids[:n] == prompt[:n] else common_prefix(self.ids, prompt, n)
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
-    """How many leading tokens ``a`` and ``b`` share, at most ``limit``."""
-    lo, hi = 0, limit  # binary search on prefix equality (list slices compare in C)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if list(a[:mid]) == list(b[:mid]):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 #: During a decode step: the prefix and ``[B, n]`` bool, which of its columns each row reads

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from skyrl_agent._prefix import common_prefix
 from skyrl_agent.server.types import CallRecord, ChoiceRecord
 from skyrl_agent.types import StopReason, Trajectory
 from skyrl_gym.errors import ConfigError
@@ -217,19 +218,6 @@ def _parent(nodes: list[_Node], prompt_ids: Sequence[int]) -> _Node | None:
     return best
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix (a binary search over slice comparisons, which run
-    in C: sessions may have hundreds of long branches)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
 def _fork_points(ids: list[list[int]]) -> list[tuple[int | None, int | None]]:
     """For each branch, the other branch it shares the longest token prefix with (the lower
     index on ties) and that prefix's length; (None, None) for a lone branch. The longest prefix
@@ -243,7 +231,7 @@ def _fork_points(ids: list[list[int]]) -> list[tuple[int | None, int | None]]:
         for other in (order[pos - 1] if pos > 0 else None, order[pos + 1] if pos + 1 < len(order) else None):
             if other is None:
                 continue
-            n = _common_prefix(ids[i], ids[other])
+            n = common_prefix(ids[i], ids[other])
             if best[1] is None or n > best[1] or (n == best[1] and other < (best[0] or 0)):
                 best = (other, n)
         out.append(best)

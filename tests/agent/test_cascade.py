@@ -258,3 +258,12 @@ def test_a_row_running_alone_adopts_the_prefix_its_late_batch_shares() -> None:
     for a, b in zip(got, want, strict=True):
         assert a.token_ids == b.token_ids
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=2e-2, rtol=0)
+
+
+def test_common_prefix_counts_shared_leading_tokens_up_to_a_limit() -> None:
+    from skyrl_agent._prefix import common_prefix
+
+    assert common_prefix([1, 2, 3, 4], [1, 2, 9, 4]) == 2
+    assert common_prefix([1, 2, 3], [1, 2, 3, 4, 5]) == 3
+    assert common_prefix([1, 2, 3], [1, 2, 3], limit=2) == 2
+    assert common_prefix([], [1]) == 0 and common_prefix((5, 6), [5, 6]) == 2
