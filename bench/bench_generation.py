@@ -167,6 +167,8 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
         "engine": {},
         "cascade": {"engine": EngineConfig(max_rows=rows_cap, cascade_min_tokens=64)},
         "no-cascade": {"engine": EngineConfig(max_rows=rows_cap, cascade_min_tokens=0)},
+        # newcomers join at every step: each next turn prefills in its own forward
+        "admit-1": {"engine": EngineConfig(max_rows=rows_cap, admit_every=1)},
         "static": {"scheduler": "static"},
     }
     for name in args.variants:
@@ -209,6 +211,9 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
         base = out.get("no-cascade", e)
         ratio = out["cascade"]["episodes_per_s"] / base["episodes_per_s"]
         print(f"  cascade / without episodes/s        {ratio:.2f}x")
+    if e and "admit-1" in out:
+        ratio = e["episodes_per_s"] / out["admit-1"]["episodes_per_s"]
+        print(f"  engine / admit_every=1 episodes/s   {ratio:.2f}x")
     if e and "generate" in out:
         ratio = e["tokens_per_s"] / out["generate"]["tokens_per_s"]
         print(f"  engine / generate() tokens/s        {ratio:.2f}x   (goal >= 1.5)")
@@ -288,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--variants",
         nargs="+",
-        choices=("engine", "cascade", "no-cascade", "static", "generate"),
+        choices=("engine", "cascade", "no-cascade", "admit-1", "static", "generate"),
         default=["engine", "cascade", "static", "generate"],
         help="what section 1 runs",
     )

@@ -20,7 +20,7 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser(
         "train",
-        help="train a policy with GRPO/PPO (default: SmolLM2-135M on the calculator task, CPU, about 11 min on 2 cores)",
+        help="train a policy with GRPO/PPO (default: SmolLM2-135M on the calculator task, CPU, about 10 min on 2 cores)",
         description=(
             "Train with the native GRPO/PPO trainer. With no flags: the bundled SmolLM2-135M-Instruct "
             "learns the two-turn calculator tool-use task on CPU, with held-out evaluation before and after."
