@@ -205,8 +205,8 @@ class TrainConfig:
     sampler_cascade_min_tokens: int = 0
     """The sampler's ``EngineConfig.cascade_min_tokens``: above 0 (64 is a good value), rows
     under a shared prompt prefix of at least this many tokens read one copy of its KV in decode
-    steps (CPU under bf16 autocast; see decision 0025). 0: off, the default until more runs
-    show it learns as well."""
+    steps (CPU under bf16 autocast). 0: off, the default: in two pairs of main-job runs it
+    did not make the job faster (decision 0025)."""
     # ---------------------------------------------------------------- scale-out and overlap
     async_staleness: int = 0
     """0: synchronous (each batch sampled by the current weights). k >= 1: the next batches are

@@ -17,13 +17,15 @@ against 4.6 ms for SDPA over the concatenated columns.
 
 :data:`CASCADE` is registered with transformers' ``AttentionInterface``. The engine switches its
 own bf16 copy of the model to it (never the trainer's module) and enters :func:`cascade_step`
-around a decode step. A masked call of several query tokens (a prefill on top of a past, or of
-left-padded rows) runs as one SDPA call that reads the shared key/value heads in place
-(:func:`_masked_gqa_attention`, with or without a shared prefix: the same numbers as
-transformers' SDPA function, which copies every head for each of its query heads first); every
-other call goes to transformers' SDPA function unchanged. The prefix part runs in float32; the own part in the
-query's dtype, so under bf16 autocast a result is rounded to bf16 twice (its own part, then the
-merged output) against once in SDPA (``tests/agent/test_cascade.py`` bounds the difference).
+around a decode step. The prefix part runs in float32; the own part in the query's dtype, so
+under bf16 autocast a result is rounded to bf16 twice (its own part, then the merged output)
+against once in SDPA (``tests/agent/test_cascade.py`` bounds the difference).
+
+The engine's copy runs this function even with cascade off: a masked call of several query
+tokens (a prefill on top of a past, or of left-padded rows) becomes one SDPA call that reads
+the shared key/value heads in place (:func:`_masked_gqa_attention`; the same numbers as
+transformers' SDPA function, which copies every head for each of its query heads first). Every
+other call goes to transformers' SDPA function unchanged.
 """
 
 from __future__ import annotations
