@@ -226,6 +226,23 @@ _attention_lock = threading.Lock()
 _registered_attention: set[str] = set()
 
 
+def plain_attention_call(
+    query: Any, key: Any, attention_mask: Any, dropout: float, kwargs: dict[str, Any]
+) -> bool:
+    """Whether a call of transformers' attention-function contract is one our attention
+    functions compute themselves: no dropout, whole groups of query heads per key/value head,
+    no softcap, position bias or attention sinks, and no mask or a ``[B, 1, Q, L]`` one. Any
+    other call goes to transformers' SDPA function."""
+    return (
+        dropout == 0.0
+        and query.shape[1] % key.shape[1] == 0
+        and kwargs.get("softcap") is None
+        and kwargs.get("position_bias") is None
+        and kwargs.get("s_aux") is None
+        and (attention_mask is None or (attention_mask.dim() == 4 and attention_mask.shape[1] == 1))
+    )
+
+
 def register_attention(name: str, fn: Callable[..., Any]) -> None:
     """Register ``fn`` under ``name`` with transformers' ``AttentionInterface``, with SDPA's mask
     function under the same name (our attention functions take SDPA's masks); once per name."""

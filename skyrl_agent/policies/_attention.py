@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from skyrl_agent.models import switch_attention
+from skyrl_agent.models import plain_attention_call, switch_attention
 
 __all__ = ["ATTENTION", "use_fast_decode_attention"]
 
@@ -54,17 +54,11 @@ def _decode_attention(
 
     B, H, Q, D = query.shape
     KV, L = key.shape[1], key.shape[2]
-    plain = (
+    if not (
         Q == 1
         and query.device.type == "cpu"
-        and dropout == 0.0
-        and H % KV == 0
-        and kwargs.get("softcap") is None
-        and kwargs.get("position_bias") is None
-        and kwargs.get("s_aux") is None
-        and (attention_mask is None or (attention_mask.dim() == 4 and attention_mask.shape[1] == 1))
-    )
-    if not plain:
+        and plain_attention_call(query, key, attention_mask, dropout, kwargs)
+    ):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     group = H // KV
     scale = scaling if scaling is not None else 1.0 / math.sqrt(D)

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from skyrl_agent._prefix import common_prefix
-from skyrl_agent.models import switch_attention
+from skyrl_agent.models import plain_attention_call, switch_attention
 
 __all__ = ["CASCADE", "SharedPrefix", "cascade_step", "use_cascade_attention"]
 
@@ -122,14 +122,7 @@ def _cascade_attention(
     B, H, Q, D = query.shape
     KV, L = key.shape[1], key.shape[2]
     layer = getattr(module, "layer_idx", None)
-    plain = (
-        dropout == 0.0
-        and H % KV == 0
-        and kwargs.get("softcap") is None
-        and kwargs.get("s_aux") is None
-        and kwargs.get("position_bias") is None
-        and (attention_mask is None or (attention_mask.dim() == 4 and attention_mask.shape[1] == 1))
-    )
+    plain = plain_attention_call(query, key, attention_mask, dropout, kwargs)
     if plain and Q > 1 and KV < H and attention_mask is not None and query.device.type == "cpu":
         return _masked_gqa_attention(query, key, value, attention_mask, scaling), None
     if step is None or Q != 1 or layer is None or not plain:
