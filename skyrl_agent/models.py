@@ -30,6 +30,7 @@ __all__ = [
     "bf16_is_native",
     "cache_kwarg",
     "output_cache",
+    "pretrained_kwargs",
     "register_attention",
     "switch_attention",
     "load_model_and_tokenizer",
@@ -121,7 +122,7 @@ def bundled_model_dir(timeout_s: float = 600.0) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         tok = transformers.AutoTokenizer.from_pretrained(str(pkg_dir), gguf_file=name)
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(pkg_dir), gguf_file=name, dtype=torch.float32
+            str(pkg_dir), gguf_file=name, dtype=torch.float32, **pretrained_kwargs(transformers)
         )
         model.hf_quantizer = None  # the weights are dequantized; save them as plain tensors
         if hasattr(model.config, "quantization_config"):
@@ -132,6 +133,20 @@ def bundled_model_dir(timeout_s: float = 600.0) -> Path:
         return target
     finally:
         lock.unlink(missing_ok=True)
+
+
+def pretrained_kwargs(transformers: Any) -> dict[str, Any]:
+    """Keyword arguments for every ``AutoModelForCausalLM.from_pretrained`` here: the Hub's
+    kernels off.
+
+    transformers 5.2x turns ``use_kernels`` on by default when the ``kernels`` package is
+    installed (transformers 5.25 requires it): layers are swapped for code downloaded from the
+    Hub, and every ``model.train()`` kernelizes again. Seen on an H200 (transformers 5.25,
+    kernels 0.19.1, 2026-12-04): the trainer's first ``model.train()`` failed offline ("Version 2
+    of 'kernels-community/rotary' is not available in the local cache"); online it would run
+    other layers on CUDA than on the CPU. Our own attention functions and the CPU path are
+    what this project measures, so the model runs transformers' own layers everywhere."""
+    return {"use_kernels": False} if hasattr(transformers.PreTrainedModel, "set_use_kernels") else {}
 
 
 def _resolve(path: str | os.PathLike[str]) -> str:
@@ -157,7 +172,9 @@ def load_model_and_tokenizer(
         raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16") from None
     resolved = _resolve(path)
     tok = transformers.AutoTokenizer.from_pretrained(resolved)
-    model = transformers.AutoModelForCausalLM.from_pretrained(resolved, dtype=torch_dtype)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        resolved, dtype=torch_dtype, **pretrained_kwargs(transformers)
+    )
     model.to(device).eval()
     return model, tok
 

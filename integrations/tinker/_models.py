@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from integrations.tinker.types import TINY_RANDOM_MODEL, LoraSpec, TinkerRequestError, TinkerServerConfig
-from skyrl_agent.models import BUNDLED_MODEL, bundled_model_dir, tiny_random_model
+from skyrl_agent.models import BUNDLED_MODEL, bundled_model_dir, pretrained_kwargs, tiny_random_model
 from skyrl_agent.policies.hf import HFPolicy
 from skyrl_gym.errors import require
 
@@ -90,7 +90,9 @@ class BaseModels:
                 )
             try:
                 tok = transformers.AutoTokenizer.from_pretrained(path)
-                model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+                model = transformers.AutoModelForCausalLM.from_pretrained(
+                    path, dtype=dtype, **pretrained_kwargs(transformers)
+                )
             except (OSError, ValueError, KeyError, RuntimeError) as exc:
                 log.warning("base model %r (%s) failed to load", name, path, exc_info=exc)
                 raise TinkerRequestError(

@@ -49,3 +49,23 @@ def test_cache_keyword_of_a_peft_model_is_its_base_models():
     model, _ = tiny_random_model()
     wrapped = peft.get_peft_model(model, peft.LoraConfig(r=2, target_modules="all-linear"))
     assert cache_kwarg(wrapped) == cache_kwarg(wrapped.get_base_model())
+
+
+def test_loaded_models_run_transformers_own_layers(tmp_path, tokenizer):
+    """transformers 5.2x swaps layers for the Hub's kernels by default (on CUDA that failed
+    offline at the trainer's first ``model.train()``, seen on an H200); our loader turns that off,
+    and ``train()`` does not turn it back on."""
+    import transformers
+
+    from skyrl_agent.models import load_model_and_tokenizer, pretrained_kwargs
+
+    model, _ = tiny_random_model(tokenizer)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded, _ = load_model_and_tokenizer(tmp_path)
+    if not hasattr(transformers.PreTrainedModel, "set_use_kernels"):
+        assert pretrained_kwargs(transformers) == {}
+        return
+    assert loaded.use_kernels is False
+    loaded.train()
+    assert loaded.use_kernels is False
