@@ -46,7 +46,13 @@ def _logprobs_and_grads(model, ids_BT, attn_BT, mask_BT, prefix_len, bf16=False)
     return out.logprobs_BT * mask_BT, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-def test_packed_equals_padded_and_unshared():
+@pytest.mark.parametrize("block_tokens", [0, 20, 1024])
+def test_packed_equals_padded_and_unshared(block_tokens, monkeypatch):
+    """Suffixes of 16, 2, 10, 0 and 23 tokens: one attention call each (0), blocks [16, 2],
+    [10], [23] (20), one block over the whole packed row (1024)."""
+    import trainers._packed
+
+    monkeypatch.setattr(trainers._packed, "BLOCK_TOKENS", block_tokens)
     ids_BT, attn_BT, mask_BT = _batch()
     P = shared_prefix_len(ids_BT, mask_BT)
     assert P == 7
@@ -87,7 +93,7 @@ def test_the_switched_model_is_plain_sdpa_outside_a_packed_forward():
 
 
 def test_segments_masks():
-    seg = Segments.of(2, [3, 0, 1], torch.device("cpu"))
+    seg = Segments.of(2, [3, 0, 1], torch.device("cpu"), block_tokens=0)
     assert seg.bounds == ((0, 3), (3, 4))
     assert seg.masks[0][0, 0].tolist() == [
         [True, True, True, False, False],
@@ -95,6 +101,16 @@ def test_segments_masks():
         [True, True, True, True, True],
     ]
     assert seg.masks[1][0, 0].tolist() == [[True, True, True]]
+    # one block: each suffix sees the prefix and itself, never the other suffix
+    seg = Segments.of(1, [2, 0, 2, 5], torch.device("cpu"), block_tokens=4)
+    assert seg.bounds == ((0, 4), (4, 9))
+    assert seg.masks[0][0, 0].tolist() == [
+        [True, True, False, False, False],
+        [True, True, True, False, False],
+        [True, False, False, True, False],
+        [True, False, False, True, True],
+    ]
+    assert seg.masks[1].shape == (1, 1, 5, 6)
 
 
 @pytest.mark.parametrize("lengths", [(12, 12, 12), (9, 30)])

@@ -1,0 +1,109 @@
+"""The main job's train step: packed attention blocks and micro-batch sizes, paired in one run.
+
+Builds a batch shaped like a main-job step (``skyrl train`` defaults: 4 calculator prompts x 8
+samples; each sample's completion 60-140 tokens with a 15-token tool response inside it masked
+out of the loss, random rewards) with the bundled model, and times
+:func:`trainers.step.train_step` (forward, fused-head logprobs, loss, backward, fused AdamW) for
+each variant, interleaved over ``--repeats`` rounds after a warm-up, from the same weights:
+
+* ``per-segment``: each packed suffix its own attention call (``trainers._packed.BLOCK_TOKENS = 0``),
+  the behaviour before blocks; the baseline of the printed ratios;
+* ``blocks``: the default (consecutive suffixes up to ``BLOCK_TOKENS`` tokens in one call);
+* ``blocks-mb32``: the default with the whole step as one micro-batch (``--micro-batch-size 32``).
+
+    python bench/bench_train_step.py [--repeats 3] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+from bench_generation import calculator_prompts  # noqa: E402
+
+import trainers._packed as packed  # noqa: E402
+from skyrl_agent.models import BUNDLED_MODEL, load_model_and_tokenizer  # noqa: E402
+from skyrl_agent.types import StopReason, Trajectory  # noqa: E402
+from trainers.advantages import compute_advantages  # noqa: E402
+from trainers.batch import collate  # noqa: E402
+from trainers.config import TrainConfig  # noqa: E402
+from trainers.step import train_step  # noqa: E402
+
+
+def main_job_batch(tok: Any, prompts: int = 4, group: int = 8, seed: int = 0) -> list[Trajectory]:
+    """``prompts`` x ``group`` trajectories over real calculator prompts with random completions."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for p, prompt in enumerate(calculator_prompts(tok, prompts, split="train", with_tools=True)):
+        for i in range(group):
+            n = int(torch.randint(60, 141, (1,), generator=g))
+            response = torch.randint(100, 40000, (n,), generator=g).tolist()
+            mask = [1] * n
+            mask[n // 2 : n // 2 + 15] = [0] * 15  # the tool's response
+            out.append(
+                Trajectory(
+                    prompt_ids=list(prompt),
+                    response_ids=response,
+                    loss_mask=mask,
+                    rollout_logprobs=None,
+                    token_rewards=[0.0] * n,
+                    reward=float(torch.randint(0, 2, (1,), generator=g)),
+                    stop_reason=StopReason.ENV_DONE,
+                    group_id=p,
+                    sample_index=i,
+                )
+            )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    model, tok = load_model_and_tokenizer(BUNDLED_MODEL)
+    batch = collate(main_job_batch(tok), pad_id=tok.pad_token_id)
+    base_cfg = TrainConfig(bf16=True)
+    adv = compute_advantages(
+        base_cfg.advantage, batch.mask_BT, rewards_B=batch.rewards_B, group_ids_B=batch.group_ids_B
+    )
+    batch.advantages_BT = adv.advantages_BT
+    print(
+        f"batch: {batch.input_ids_BT.shape[0]} rows x {batch.input_ids_BT.shape[1]} tokens, "
+        f"{int(batch.attention_mask_BT.sum())} attended, {int(batch.mask_BT.sum())} trained; "
+        f"{args.threads} threads, bf16 autocast, torch {torch.__version__}"
+    )
+    variants = {
+        "per-segment": (0, base_cfg.micro_batch_size),
+        "blocks": (packed.BLOCK_TOKENS, base_cfg.micro_batch_size),
+        "blocks-mb32": (packed.BLOCK_TOKENS, 32),
+    }
+    state = copy.deepcopy(model.state_dict())
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for rnd in range(args.repeats + 1):  # round 0 warms up
+        for name, (block_tokens, mbs) in variants.items():
+            model.load_state_dict(state)
+            packed.BLOCK_TOKENS = block_tokens
+            cfg = TrainConfig(bf16=True, micro_batch_size=mbs)
+            opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
+            start = time.perf_counter()
+            train_step(model, opt, batch, cfg)
+            if rnd > 0:
+                times[name].append(time.perf_counter() - start)
+    base = statistics.median(times["per-segment"])
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"  {name:<12} median {med:6.2f} s  ({', '.join(f'{t:.2f}' for t in ts)})  {base / med:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
