@@ -21,8 +21,16 @@ import sys
 import time
 from pathlib import Path
 
+# each run dies with this process, even after kill -9 of it (Linux: PR_SET_PDEATHSIG)
 _BOOT = (
-    "import argparse, sys\n"
+    "import argparse, os, signal, sys\n"
+    "if sys.platform == 'linux':\n"
+    "    import ctypes\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
+    "    if os.getppid() != int(sys.argv.pop(1)):\n"
+    "        sys.exit(1)\n"
+    "else:\n"
+    "    sys.argv.pop(1)\n"
     "from trainers.cli import add_command\n"
     "p = argparse.ArgumentParser(prog='skyrl')\n"
     "add_command(p.add_subparsers())\n"
@@ -46,11 +54,11 @@ def main() -> int:
     procs = {}
     for seed in args.seeds:
         run_dir = root / f"seed-{seed}"
-        cmd = [sys.executable, "-c", _BOOT, "train", *args.train_args]
+        cmd = [sys.executable, "-c", _BOOT, str(os.getpid()), "train", *args.train_args]
         cmd += ["--seed", str(seed), "--run-dir", str(run_dir), "--threads", str(args.threads)]
         log = open(root / f"seed-{seed}.log", "w")  # noqa: SIM115 (closed below)
         procs[seed] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=project), log)
-        print(f"seed {seed}: {' '.join(cmd[3:])}", flush=True)
+        print(f"seed {seed}: {' '.join(cmd[4:])}", flush=True)
     deadline = time.monotonic() + args.deadline_s
     codes = {}
     for seed, (proc, log) in procs.items():
