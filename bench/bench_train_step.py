@@ -1,4 +1,4 @@
-"""The main job's train step: packed attention blocks and micro-batch sizes, paired in one run.
+"""The main job's train step: packed attention blocks and micro-batch bounds, paired in one run.
 
 Builds a batch shaped like a main-job step (``skyrl train`` defaults: 4 calculator prompts x 8
 samples; each sample's completion 60-140 tokens with a 15-token tool response inside it masked
@@ -6,10 +6,11 @@ out of the loss, random rewards) with the bundled model, and times
 :func:`trainers.step.train_step` (forward, fused-head logprobs, loss, backward, fused AdamW) for
 each variant, interleaved over ``--repeats`` rounds after a warm-up, from the same weights:
 
-* ``per-segment``: each packed suffix its own attention call (``trainers._packed.BLOCK_TOKENS = 0``),
-  the behaviour before blocks; the baseline of the printed ratios;
-* ``blocks``: the default (consecutive suffixes up to ``BLOCK_TOKENS`` tokens in one call);
-* ``blocks-mb32``: the default with the whole step as one micro-batch (``--micro-batch-size 32``).
+* ``per-segment``: each packed suffix its own attention call (``trainers._packed.BLOCK_TOKENS = 0``)
+  in micro-batches of 8 rows, the behaviour before 2026-12-04; the baseline of the ratios;
+* ``blocks``: consecutive suffixes up to ``BLOCK_TOKENS`` tokens in one call, 8-row micro-batches;
+* ``default``: ``TrainConfig``'s defaults (blocks, micro-batches of up to 32 rows and 8,192
+  computed tokens: here the whole step is one).
 
     python bench/bench_train_step.py [--repeats 3] [--threads 2]
 """
@@ -82,18 +83,18 @@ def main() -> None:
         f"{int(batch.attention_mask_BT.sum())} attended, {int(batch.mask_BT.sum())} trained; "
         f"{args.threads} threads, bf16 autocast, torch {torch.__version__}"
     )
-    variants = {
-        "per-segment": (0, base_cfg.micro_batch_size),
-        "blocks": (packed.BLOCK_TOKENS, base_cfg.micro_batch_size),
-        "blocks-mb32": (packed.BLOCK_TOKENS, 32),
+    variants = {  # block tokens, micro_batch_size, micro_batch_tokens
+        "per-segment": (0, 8, 0),
+        "blocks": (packed.BLOCK_TOKENS, 8, 0),
+        "default": (packed.BLOCK_TOKENS, base_cfg.micro_batch_size, base_cfg.micro_batch_tokens),
     }
     state = copy.deepcopy(model.state_dict())
     times: dict[str, list[float]] = {name: [] for name in variants}
     for rnd in range(args.repeats + 1):  # round 0 warms up
-        for name, (block_tokens, mbs) in variants.items():
+        for name, (block_tokens, mbs, mbt) in variants.items():
             model.load_state_dict(state)
             packed.BLOCK_TOKENS = block_tokens
-            cfg = TrainConfig(bf16=True, micro_batch_size=mbs)
+            cfg = TrainConfig(bf16=True, micro_batch_size=mbs, micro_batch_tokens=mbt)
             opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
             start = time.perf_counter()
             train_step(model, opt, batch, cfg)

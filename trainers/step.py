@@ -35,7 +35,7 @@ from trainers.types import (
     ValueLossStats,
 )
 
-__all__ = ["StepStats", "train_step", "old_logprobs"]
+__all__ = ["StepStats", "train_step", "old_logprobs", "micro_batches"]
 
 
 @dataclass
@@ -62,8 +62,31 @@ class StepStats:
         return {**d, **self.extra}
 
 
-def _micro_batches(n: int, size: int) -> list[slice]:
-    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+def micro_batches(
+    batch: TrainBatch, size: int, max_tokens: int = 0, shared_prefix: bool = True
+) -> list[slice]:
+    """Consecutive row slices of ``batch``: each at most ``size`` rows and, when ``max_tokens``
+    > 0, at most ``max_tokens`` tokens computed (its shared prefix once, then every row's real
+    tokens after it, as :func:`trainers.logprobs.forward_logprobs` runs them; every row's whole
+    length without ``shared_prefix``); a row over the bound alone is a slice of its own."""
+    n = batch.input_ids_BT.shape[0]
+    if max_tokens <= 0:
+        return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+    lengths = batch.attention_mask_BT.sum(dim=1).tolist()
+    out: list[slice] = []
+    start = 0
+    while start < n:
+        end = start + 1
+        while end < n and end - start < size:
+            sub = batch.select(slice(start, end + 1))
+            prefix = shared_prefix_len(sub.input_ids_BT, sub.mask_BT) if shared_prefix else 0
+            computed = prefix + sum(max(int(L) - prefix, 0) for L in lengths[start : end + 1])
+            if computed > max_tokens:
+                break
+            end += 1
+        out.append(slice(start, end))
+        start = end
+    return out
 
 
 def _fsdp_clip(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
@@ -84,10 +107,13 @@ def _fsdp_clip(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tenso
     return norm
 
 
-def _lockstep_micro_batches(n: int, size: int, dist: DistContext) -> list[slice | None]:
-    """This rank's micro-batches; with FSDP2 padded with ``None`` (a dummy pass) to the largest
-    count of any rank, since every rank must run the same number of forwards and backwards."""
-    mbs: list[slice | None] = list(_micro_batches(n, size))
+def _lockstep_micro_batches(
+    batch: TrainBatch, size: int, max_tokens: int, dist: DistContext
+) -> list[slice | None]:
+    """This rank's micro-batches of ``batch`` (:func:`micro_batches`); with FSDP2 padded with
+    ``None`` (a dummy pass) to the largest count of any rank, since every rank must run the same
+    number of forwards and backwards."""
+    mbs: list[slice | None] = list(micro_batches(batch, size, max_tokens, shared_prefix=not dist.fsdp))
     if dist.fsdp and dist.enabled:
         mbs += [None] * (max(dist.all_gather_objects(len(mbs))) - len(mbs))
     return mbs
@@ -102,11 +128,14 @@ def old_logprobs(
     fused_head: bool = True,
     dist: DistContext = SINGLE,
     filler: TrainBatch | None = None,
+    micro_batch_tokens: int = 0,
 ) -> torch.Tensor:
     """Logprobs of ``batch``'s trained tokens under ``model`` now (0 elsewhere), without gradient,
-    padded like the batch. With FSDP2, ``filler`` (any one-row batch) feeds the dummy passes."""
+    padded like the batch, in micro-batches of at most ``micro_batch_size`` rows and
+    ``micro_batch_tokens`` computed tokens (:func:`micro_batches`). With FSDP2, ``filler`` (any
+    one-row batch) feeds the dummy passes."""
     out_BT = torch.zeros_like(batch.mask_BT)
-    for sl in _lockstep_micro_batches(batch.input_ids_BT.shape[0], micro_batch_size, dist):
+    for sl in _lockstep_micro_batches(batch, micro_batch_size, micro_batch_tokens, dist):
         if sl is None:  # FSDP2: keep the collectives in step with the other ranks
             assert filler is not None
             token_logprobs(model, filler.input_ids_BT, filler.attention_mask_BT, bf16=bf16, fused_head=False)
@@ -342,7 +371,14 @@ def train_step(
     filler = batch.select(slice(0, 1))  # FSDP2's dummy passes run on it, with weight 0
     if cfg.updates_per_step > 1 and local.old_logprobs_BT is None and (B_local or dist.fsdp):
         local.old_logprobs_BT = old_logprobs(
-            model, local, cfg.micro_batch_size, cfg.bf16, cfg.fused_head, dist=dist, filler=filler
+            model,
+            local,
+            cfg.micro_batch_size,
+            cfg.bf16,
+            cfg.fused_head,
+            dist=dist,
+            filler=filler,
+            micro_batch_tokens=cfg.micro_batch_tokens,
         )
     sums = dict.fromkeys(_stat_keys(pcfg.truncated_is, critic is not None), 0.0)
     ratio_max, grad_norm = 0.0, 0.0
@@ -353,7 +389,7 @@ def train_step(
         params += [p for p in critic.parameters() if p.requires_grad]
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
-        for sl in _lockstep_micro_batches(B_local, cfg.micro_batch_size, dist):
+        for sl in _lockstep_micro_batches(local, cfg.micro_batch_size, cfg.micro_batch_tokens, dist):
             sub = filler if sl is None else local.select(sl)
             n_tok = int(sub.mask_BT.sum())
             if n_tok == 0 and not dist.fsdp:

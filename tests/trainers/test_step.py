@@ -9,7 +9,7 @@ import transformers
 from trainers.batch import TrainBatch
 from trainers.config import TrainConfig
 from trainers.logprobs import token_logprobs
-from trainers.step import train_step
+from trainers.step import micro_batches, train_step
 from trainers.types import LossReduction
 
 
@@ -49,11 +49,12 @@ def make_batch(B=5, T=9, seed=1):
     )
 
 
-def grads_after_step(micro_batch_size, reduction="token_mean", updates=1):
+def grads_after_step(micro_batch_size, reduction="token_mean", updates=1, micro_batch_tokens=0):
     model = tiny_lm()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: keep the weights, look at grads
     cfg = TrainConfig(
         micro_batch_size=micro_batch_size,
+        micro_batch_tokens=micro_batch_tokens,
         bf16=False,
         reduction=reduction,
         grad_clip=0.0,
@@ -88,6 +89,49 @@ def test_micro_batches_give_the_full_batch_gradient(reduction):
         assert torch.allclose(full[name], micro[name], atol=1e-6, rtol=1e-4), name
     assert s1.policy_loss == pytest.approx(s2.policy_loss, abs=1e-6)
     assert s1.num_tokens == int(make_batch().mask_BT.sum())
+
+
+def test_token_bounded_micro_batches_give_the_full_batch_gradient():
+    """Rows of 9, 7, 8, 6 and 9 tokens, at most 16 computed: micro-batches of 2, 2 and 1 rows."""
+    assert micro_batches(make_batch(), 5, 16) == [slice(0, 2), slice(2, 4), slice(4, 5)]
+    full, s1 = grads_after_step(5)
+    micro, s2 = grads_after_step(5, micro_batch_tokens=16)
+    for name in full:
+        assert torch.allclose(full[name], micro[name], atol=1e-6, rtol=1e-4), name
+    assert s1.policy_loss == pytest.approx(s2.policy_loss, abs=1e-6)
+
+
+def test_micro_batches_count_a_shared_prefix_once():
+    """Four rows sharing 10 untrained tokens, then 5, 5, 20 and 5 of their own: 20 tokens take
+    the first two rows, the third alone is over the bound and runs alone; without sharing
+    (FSDP2) every row counts whole."""
+    B, T = 4, 30
+    ids = torch.randint(1, 40, (B, T), generator=torch.Generator().manual_seed(0))
+    ids[:, :10] = ids[0, :10]
+    lengths = torch.tensor([15, 15, 30, 15])
+    attn = (torch.arange(T)[None] < lengths[:, None]).long()
+    mask = attn.float()
+    mask[:, :10] = 0
+    batch = TrainBatch(
+        input_ids_BT=ids * attn,
+        attention_mask_BT=attn,
+        mask_BT=mask,
+        rollout_logprobs_BT=None,
+        token_rewards_BT=torch.zeros(B, T),
+        rewards_B=torch.zeros(B),
+        group_ids_B=torch.zeros(B, dtype=torch.long),
+    )
+    assert micro_batches(batch, 8, 20) == [slice(0, 2), slice(2, 3), slice(3, 4)]
+    assert micro_batches(batch, 8, 0) == [slice(0, 4)]
+    assert micro_batches(batch, 3, 0) == [slice(0, 3), slice(3, 4)]
+    assert micro_batches(batch, 8, 20, shared_prefix=False) == [
+        slice(0, 1),
+        slice(1, 2),
+        slice(2, 3),
+        slice(3, 4),
+    ]
+    with pytest.raises(Exception, match="micro_batch_tokens"):
+        TrainConfig(micro_batch_tokens=-1)
 
 
 def test_advantages_on_untrained_positions_do_not_matter():
