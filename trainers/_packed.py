@@ -7,13 +7,14 @@ turn, or three turns with database results), so most of that batch was padding: 
 CPU-sized SkyRL-SQL step, 9,834 positions ran through the model for 4,579 real ones.
 
 Here the suffixes are packed end to end into one row (their own positions, ``P .. P + s - 1``
-each) over the prefix's cache, unrepeated. Every linear layer then sees only real tokens. Segment ``i``'s
-queries attend to the prefix's keys and to its own earlier keys, never to another segment's:
-consecutive segments are grouped into blocks (:data:`BLOCK_TOKENS`), each one attention call
-with a block-diagonal mask. :func:`use_packed_attention` registers :func:`_packed_attention`
-with transformers' ``AttentionInterface`` and switches the model to it; it attends with
-transformers' own SDPA function (the same kernel and numerics as the padded path) and hands any call without segments to that function unchanged, so every
-other user of the module (generation, an engine decoding from it) still gets plain SDPA.
+each) over the prefix's cache, unrepeated. Every linear layer then sees only real tokens.
+Segment ``i``'s queries attend to the prefix's keys and to its own earlier keys, never to
+another segment's: consecutive segments are grouped into blocks (:data:`BLOCK_TOKENS`), each
+one attention call with a block-diagonal mask. :func:`use_packed_attention` registers
+:func:`_packed_attention` with transformers' ``AttentionInterface`` and switches the model to
+it; it attends with transformers' own SDPA function (the same kernel and numerics as the
+padded path) and hands any call without segments to that function unchanged, so every other
+user of the module (generation, an engine decoding from it) still gets plain SDPA.
 """
 
 from __future__ import annotations

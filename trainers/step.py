@@ -387,9 +387,11 @@ def train_step(
     params = [p for p in model.parameters() if p.requires_grad]
     if critic is not None:
         params += [p for p in critic.parameters() if p.requires_grad]
+    # the same split for every update (with FSDP2 it also takes an all-gather)
+    slices = _lockstep_micro_batches(local, cfg.micro_batch_size, cfg.micro_batch_tokens, dist)
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
-        for sl in _lockstep_micro_batches(local, cfg.micro_batch_size, cfg.micro_batch_tokens, dist):
+        for sl in slices:
             sub = filler if sl is None else local.select(sl)
             n_tok = int(sub.mask_BT.sum())
             if n_tok == 0 and not dist.fsdp:
