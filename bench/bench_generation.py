@@ -177,6 +177,8 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
         "admit-1": {"engine": EngineConfig(max_rows=rows_cap, admit_every=1)},
         # twice the rows a training step samples: does a wider batch pay on this machine?
         "rows-64": {"engine": EngineConfig(max_rows=64)},
+        "rows-64-cascade": {"engine": EngineConfig(max_rows=64, cascade_min_tokens=64)},
+        "rows-128-cascade": {"engine": EngineConfig(max_rows=128, cascade_min_tokens=64)},
         "static": {"scheduler": "static"},
     }
     for name in args.variants:
@@ -301,7 +303,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--variants",
         nargs="+",
-        choices=("engine", "cascade", "no-cascade", "admit-1", "rows-64", "static", "generate"),
+        choices=(
+            "engine",
+            "cascade",
+            "no-cascade",
+            "admit-1",
+            "rows-64",
+            "rows-64-cascade",
+            "rows-128-cascade",
+            "static",
+            "generate",
+        ),
         default=["engine", "cascade", "static", "generate"],
         help="what section 1 runs",
     )

@@ -64,6 +64,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from skyrl_agent._openmp import release_openmp_workers
 from skyrl_agent._prefix import common_prefix
 from skyrl_agent.policies._attention import ATTENTION
 from skyrl_agent.policies._cascade import SharedPrefix, cascade_step, use_cascade_attention
@@ -164,6 +165,9 @@ class EngineStats:
     """Sum over decode steps of the rows that read a shared prefix's single copy of KV."""
     cascade_columns_saved: int = 0
     """Sum over decode steps of the prefix columns those rows did not hold themselves."""
+    workers_released: int = 0
+    """Times the engine's thread, going idle, released its OpenMP workers (on CPU; see
+    :mod:`skyrl_agent._openmp`)."""
 
 
 # --------------------------------------------------------------------------- the KV buffers
@@ -561,6 +565,10 @@ class InferenceEngine:
         self._since_admit = 0
         self._updates_waiting = 0
         self._closed = False
+        # the engine's thread computes with as many threads as its creator set (a new thread
+        # starts from the runtime's default, not from torch.set_num_threads of another thread)
+        self._num_threads = torch.get_num_threads()
+        self._release_threads = self.device.type == "cpu"
         self._thread = threading.Thread(target=self._loop, name="skyrl-engine", daemon=True)
         self._optimizer_hook = _watch_optimizer_steps(self)
         self._thread.start()
@@ -570,23 +578,33 @@ class InferenceEngine:
     def submit(self, request: GenerateRequest, deadline_s: float | None = None) -> concurrent.futures.Future:
         """Queue ``request``; the future resolves to its :class:`GenerateOutput` (or raises).
         Cancelling the future drops the request at the next step."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        p = request.sampling
-        g = torch.Generator(device=self.device)
-        g.manual_seed(p.seed if p.seed is not None else self._seed_source())
-        deadline = time.monotonic() + deadline_s if deadline_s is not None else None
-        row = _Row(request, fut, deadline, g, [int(x) for x in request.prompt_ids])
+        return self.submit_many([request], deadline_s)[0]
+
+    def submit_many(
+        self, requests: Sequence[GenerateRequest], deadline_s: float | None = None
+    ) -> list[concurrent.futures.Future]:
+        """Queue ``requests`` together (one step admits them all when there is room, so a batch
+        given at once prefills at once however the engine's thread is timed); one future each."""
+        rows = []
+        for request in requests:
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+            p = request.sampling
+            g = torch.Generator(device=self.device)
+            g.manual_seed(p.seed if p.seed is not None else self._seed_source())
+            deadline = time.monotonic() + deadline_s if deadline_s is not None else None
+            rows.append(_Row(request, fut, deadline, g, [int(x) for x in request.prompt_ids]))
+        if self._release_threads:  # this thread's idle OpenMP workers would slow the engine's
+            release_openmp_workers()
         with self._cv:
             if self._closed:
                 raise RuntimeError("the inference engine is closed")
-            self._waiting.append(row)
+            self._waiting.extend(rows)
             self._cv.notify_all()
-        return fut
+        return [r.future for r in rows]
 
     def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateOutput]:
         """Submit ``requests`` and wait for all of them (from any thread but the engine's)."""
-        futures = [self.submit(r) for r in requests]
-        return [f.result() for f in futures]
+        return [f.result() for f in self.submit_many(requests)]
 
     def update_weights(self, apply: Callable[[], None]) -> None:
         """Run ``apply`` (which changes the model's weights) between steps, once the running rows
@@ -641,12 +659,22 @@ class InferenceEngine:
         self._thread.join(timeout=30)
 
     # ------------------------------------------------------------------ the loop
+    def _has_work(self) -> bool:
+        return bool(self._closed or self._rows or (self._waiting and not self._updates_waiting))
+
     def _loop(self) -> None:
+        if torch.get_num_threads() != self._num_threads:
+            # only when it differs: the call also sets process-wide state (MKL's thread count
+            # and its dynamic adjustment), which made two engines' results differ run to run
+            torch.set_num_threads(self._num_threads)
         while True:
             with self._cv:
-                self._cv.wait_for(
-                    lambda: self._closed or self._rows or (self._waiting and not self._updates_waiting)
-                )
+                idle = not self._has_work()
+            if idle and self._release_threads and release_openmp_workers():
+                with self._cv:  # the trainer may compute meanwhile (skyrl_agent._openmp)
+                    self._stats.workers_released += 1
+            with self._cv:
+                self._cv.wait_for(self._has_work)
                 if self._closed:
                     break
             admitted: list[_Row] = []

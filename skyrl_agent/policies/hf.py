@@ -168,7 +168,7 @@ class HFPolicy:
 
         Use from one event loop at a time."""
         if self.engine is not None:
-            return list(await asyncio.gather(*(self._submit(r) for r in requests)))
+            return await self._submit(requests)
         loop = asyncio.get_running_loop()
         if self._worker is not None and self._worker.get_loop() is not loop:
             # requests left by an earlier event loop (a run that was interrupted) are dropped
@@ -227,14 +227,16 @@ class HFPolicy:
                     if not fut.done():
                         fut.set_result(out)
 
-    async def _submit(self, req: GenerateRequest) -> GenerateOutput:
+    async def _submit(self, requests: Sequence[GenerateRequest]) -> list[GenerateOutput]:
         assert self.engine is not None
-        self._check(req)
-        fut = self.engine.submit(req)
+        for req in requests:  # a bad request fails the call before any is queued
+            self._check(req)
+        futures = self.engine.submit_many(requests)  # queued together: admitted together
         try:
-            return await asyncio.wrap_future(fut)
+            return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
         except asyncio.CancelledError:
-            fut.cancel()  # the engine drops the row at its next step
+            for fut in futures:
+                fut.cancel()  # the engine drops the rows at its next step
             raise
 
     def engine_stats(self) -> EngineStats | None:
