@@ -182,6 +182,8 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
         "static": {"scheduler": "static"},
     }
     for name in args.variants:
+        if name == "generate":  # plain model.generate(), timed below
+            continue
         kw = variants[name]
         policy = HFPolicy(model, tok, max_batch_size=rows_cap, seed=cfg.seed, autocast_bf16=args.bf16, **kw)
         generated = 0
