@@ -41,7 +41,10 @@ def _find_runtime() -> Any:
             paths = {line.split()[-1] for line in f if "/" in line}
     except OSError:  # not Linux
         return None
-    for path in sorted(paths):
+    torch_dir = getattr(sys.modules.get("torch"), "__file__", None) or ""
+    torch_dir = torch_dir.rsplit("/", 1)[0]
+    # torch's own copy first (a wheel ships one; another copy may be loaded by other libraries)
+    for path in sorted(paths, key=lambda p: (not (torch_dir and p.startswith(torch_dir)), p)):
         name = path.rsplit("/", 1)[-1]
         if name.startswith(_RUNTIME_NAMES) and ".so" in name:
             try:
