@@ -15,6 +15,7 @@ policy gradient of the chosen loss.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -129,13 +130,17 @@ def old_logprobs(
     dist: DistContext = SINGLE,
     filler: TrainBatch | None = None,
     micro_batch_tokens: int = 0,
+    slices: Sequence[slice | None] | None = None,
 ) -> torch.Tensor:
     """Logprobs of ``batch``'s trained tokens under ``model`` now (0 elsewhere), without gradient,
     padded like the batch, in micro-batches of at most ``micro_batch_size`` rows and
-    ``micro_batch_tokens`` computed tokens (:func:`micro_batches`). With FSDP2, ``filler`` (any
-    one-row batch) feeds the dummy passes."""
+    ``micro_batch_tokens`` computed tokens (:func:`micro_batches`; ``slices``: a split of the
+    batch already made that way, reused). With FSDP2, ``filler`` (any one-row batch) feeds the
+    dummy passes."""
     out_BT = torch.zeros_like(batch.mask_BT)
-    for sl in _lockstep_micro_batches(batch, micro_batch_size, micro_batch_tokens, dist):
+    if slices is None:
+        slices = _lockstep_micro_batches(batch, micro_batch_size, micro_batch_tokens, dist)
+    for sl in slices:
         if sl is None:  # FSDP2: keep the collectives in step with the other ranks
             assert filler is not None
             token_logprobs(model, filler.input_ids_BT, filler.attention_mask_BT, bf16=bf16, fused_head=False)
@@ -369,6 +374,8 @@ def train_step(
     # FSDP2 divides the reduced gradients by the world size; our shares already sum to 1
     loss_scale = float(dist.world_size) if dist.fsdp else 1.0
     filler = batch.select(slice(0, 1))  # FSDP2's dummy passes run on it, with weight 0
+    # one split for the old logprobs and every update (with FSDP2 it also takes an all-gather)
+    slices = _lockstep_micro_batches(local, cfg.micro_batch_size, cfg.micro_batch_tokens, dist)
     if cfg.updates_per_step > 1 and local.old_logprobs_BT is None and (B_local or dist.fsdp):
         local.old_logprobs_BT = old_logprobs(
             model,
@@ -379,6 +386,7 @@ def train_step(
             dist=dist,
             filler=filler,
             micro_batch_tokens=cfg.micro_batch_tokens,
+            slices=slices,
         )
     sums = dict.fromkeys(_stat_keys(pcfg.truncated_is, critic is not None), 0.0)
     ratio_max, grad_norm = 0.0, 0.0
@@ -387,8 +395,6 @@ def train_step(
     params = [p for p in model.parameters() if p.requires_grad]
     if critic is not None:
         params += [p for p in critic.parameters() if p.requires_grad]
-    # the same split for every update (with FSDP2 it also takes an all-gather)
-    slices = _lockstep_micro_batches(local, cfg.micro_batch_size, cfg.micro_batch_tokens, dist)
     for _ in range(cfg.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
         for sl in slices:
