@@ -166,8 +166,8 @@ class EngineStats:
     cascade_columns_saved: int = 0
     """Sum over decode steps of the prefix columns those rows did not hold themselves."""
     workers_released: int = 0
-    """Times the engine's thread, going idle, released its OpenMP workers (on CPU; see
-    :mod:`skyrl_agent._openmp`)."""
+    """Times the engine's thread, going idle, had the OpenMP runtime release its workers (on
+    CPU; counted also when it held none; see :mod:`skyrl_agent._openmp`)."""
 
 
 # --------------------------------------------------------------------------- the KV buffers
