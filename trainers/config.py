@@ -192,6 +192,10 @@ class TrainConfig:
     """AdamW weight decay."""
     warmup_steps: int = 0
     """Linear learning-rate warm-up steps."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """The learning rate after warm-up: ``constant``, or decayed over the remaining ``steps``
+    towards 0 (``linear`` or ``cosine``; the last step still gets a small positive rate). See
+    :func:`trainers.models.lr_factor`."""
     grad_clip: float = 1.0
     """Clip the gradient norm to this (0: no clipping)."""
     updates_per_step: int = 1
@@ -271,6 +275,8 @@ class TrainConfig:
             raise ConfigError("temperature must be > 0 for RL rollouts (greedy samples give GRPO no signal)")
         if self.lr <= 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.lr_schedule not in ("constant", "linear", "cosine"):
+            raise ConfigError(f"unknown lr_schedule {self.lr_schedule!r}; use constant, linear or cosine")
         if self.group_size < 2 and self.advantage in ("grpo", "dr_grpo", "rloo"):
             raise ConfigError(f"{self.advantage} needs group_size >= 2 (a baseline from the other samples)")
         if (self.step_wise or self.context_strategy != "stop") and self.advantage == "gae":

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from skyrl_gym.config import config_get
@@ -56,9 +57,9 @@ _EXAMPLES = (
 )
 
 
-def _example_messages() -> list[dict[str, str]]:
+def _example_messages(examples: Sequence[tuple[str, str, int]] = _EXAMPLES) -> list[dict[str, str]]:
     messages = []
-    for question, expr, value in _EXAMPLES:
+    for question, expr, value in examples:
         call = json.dumps({"name": "calc", "arguments": {"expr": expr}})
         messages += [
             {"role": "user", "content": question},
@@ -107,8 +108,13 @@ def _expression(r: random.Random) -> str:
     return r.choice([f"{a} * {b} + {c}", f"{a} + {b} * {c}", f"{a} * {b} - {c}", f"({a} + {b}) * {c}"])
 
 
-def generate_calculator_rows(n: int, *, split: str = "train", seed: int = 0) -> list[dict[str, Any]]:
-    """``n`` calculator problems; train and test come from disjoint seeded streams."""
+def generate_calculator_rows(
+    n: int, *, split: str = "train", seed: int = 0, examples: Sequence[tuple[str, str, int]] | None = None
+) -> list[dict[str, Any]]:
+    """``n`` calculator problems; train and test come from disjoint seeded streams.
+
+    ``examples``: the worked example exchanges of the prompt as ``(question, expression, value)``
+    (default: the module's measured three; ``bench/calculator_examples.py`` compares sets)."""
     if split not in ("train", "test"):
         raise ValueError(f"unknown split {split!r}; use 'train' or 'test'")
     r = random.Random(f"skyrl-calculator-{split}-{seed}")
@@ -124,7 +130,7 @@ def generate_calculator_rows(n: int, *, split: str = "train", seed: int = 0) -> 
                 "expr": expr,
                 "prompt": [
                     {"role": "system", "content": SYSTEM_PROMPT},
-                    *_example_messages(),
+                    *_example_messages(_EXAMPLES if examples is None else examples),
                     {"role": "user", "content": question},
                 ],
                 "env_class": "calculator",

@@ -94,3 +94,26 @@ def test_rows_are_correct_and_split():
         env.init(row["prompt"])
         assert row["expr"] in row["prompt"][-1]["content"]
         assert env.tools.calc(row["expr"]) == row["reward_spec"]["ground_truth"]
+
+
+def test_worked_examples_are_right_and_replaceable():
+    from skyrl_gym.envs.calculator import _EXAMPLES
+
+    tools = skyrl_gym.make("calculator", extras={"reward_spec": {"ground_truth": "1"}}).tools
+    shapes = set()
+    for question, expr, value in _EXAMPLES:
+        assert expr in question and tools.calc(expr) == str(value)
+        shapes.add("(" in expr)
+    assert shapes == {True, False}  # both parenthesis habits are shown
+    default = generate_calculator_rows(2)[0]["prompt"]
+    assert len(default) == 2 + 4 * len(_EXAMPLES)
+    assert default[-2]["content"] == f"<answer>{_EXAMPLES[-1][2]}</answer>"
+    mine = (("What is 2 + 3 * 4?", "2 + 3 * 4", 14),)
+    prompt = generate_calculator_rows(2, examples=mine)[0]["prompt"]
+    assert [m["content"] for m in prompt[1:5]] == [
+        "What is 2 + 3 * 4?",
+        call("2 + 3 * 4"),
+        "<tool_response>14</tool_response>",
+        "<answer>14</answer>",
+    ]
+    assert prompt[-1] == default[-1]  # same question, other examples
