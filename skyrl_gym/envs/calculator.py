@@ -49,7 +49,11 @@ SYSTEM_PROMPT = (
 # (0.49 and 0.68 success against 0.89 and 0.91 for the others, two runs of 2026-12-04): the
 # trained model wrote "20 + 59) * 60" or "20 + 59 * 60". The third example, a second one with
 # parentheses, lifted them to 0.99 (all held-out: 0.969, 12 steps at lr 4e-5) and the baseline from
-# 0.02-0.03 to 0.086 (docs/measurements/main-job-2026-12-04-3ex-12steps-cpu.json).
+# 0.02-0.03 to 0.086 (docs/measurements/main-job-2026-12-04-3ex-12steps-cpu.json). The other
+# side of that tilt: on a + b * c questions the untrained model adds parentheses in 0.16 of first
+# calls and copies the expression in 0.09 (`bench/calculator_examples.py`, training questions).
+# A set with two a + b * c examples halves the first and triples the second, but did not keep the
+# main job's seed 3 above 0.9 (0.766; README, 2026-12-05), so these stay.
 _EXAMPLES = (
     ("What is 12 * 4 + 7?", "12 * 4 + 7", 55),
     ("Compute (9 + 3) * 5.", "(9 + 3) * 5", 60),
