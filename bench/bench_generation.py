@@ -2,10 +2,17 @@
 
 Sections (all on the bundled SmolLM2-135M-Instruct unless ``--model``):
 
-0. **Raw decode**: one sequence, then a batch of 32, calculator prompts of about 150 tokens, 48
-   new tokens at temperature 0.8: tokens/s of the engine (``HFPolicy``, continuous batching), of
-   ``model.generate()`` and, where ``llama-cpp-python`` is installed, of llama.cpp on the same
-   GGUF file (one stream, 2 threads). The ratios the issue sets goals for are printed.
+0. **Raw decode**: one sequence, then a batch of 32, calculator prompts (about 360 tokens: the
+   system prompt and worked examples), 48 new tokens at temperature 0.8: tokens/s of the engine
+   (``HFPolicy``, continuous batching), of ``model.generate()`` and, where ``llama-cpp-python``
+   is installed, of llama.cpp on the bundled GGUF file (one stream, 2 threads; that file is
+   quantized to 4 bits, Q4_1, so llama.cpp reads about a quarter of the bytes per weight that
+   bf16 does). Each prompt is prefilled in full in every column (llama.cpp's own prompt cache is
+   reset between prompts); each tool gets one warm-up call. The ratios the issue sets goals for
+   are printed. llama.cpp 0.3.36 built with AMX on (its default on AMX CPUs) crashed in its first
+   decode on the 2026-12-05 machine; ``CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=ON
+   -DGGML_AVX512_BF16=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"``
+   built one that runs.
 1. **The main job's evaluation**: 64 held-out calculator prompts x 4 samples, two turns, at the
    training temperature, played by the rollout engine exactly as ``skyrl train`` evaluates:
    episodes/s and generated tokens/s of the engine (default settings), of the engine with
@@ -101,7 +108,9 @@ def bench_generate(
 
 def bench_llama_cpp(
     tokenizer: Any, prompts: list[list[int]], new: int, threads: int
-) -> tuple[int, float] | None:
+) -> list[tuple[int, float]] | None:
+    """llama.cpp, one stream: ``(tokens, seconds)`` over ``prompts`` (each prefilled in full),
+    then over ``new`` tokens after a one-token prompt (decode alone); None when not installed."""
     try:
         from llama_cpp import Llama
     except ImportError:
@@ -110,11 +119,16 @@ def bench_llama_cpp(
 
     pkg_dir, name = _gguf_location()
     llm = Llama(model_path=str(pkg_dir / name), n_threads=threads, n_ctx=1024, verbose=False)
-    tokens, start = 0, time.perf_counter()
-    for p in prompts:
-        out = llm.create_completion(p, max_tokens=new, temperature=0.8, top_p=1.0, top_k=0)
-        tokens += out["usage"]["completion_tokens"]
-    return tokens, time.perf_counter() - start
+    llm.create_completion(prompts[0], max_tokens=4)  # warm-up, as the engine gets
+    results = []
+    for group in (prompts, [prompts[0][:1]]):
+        tokens, start = 0, time.perf_counter()
+        for p in group:
+            llm.reset()  # no KV kept from the last prompt: every prompt is prefilled, as for the engine
+            out = llm.create_completion(p, max_tokens=new, temperature=0.8, top_p=1.0, top_k=0)
+            tokens += out["usage"]["completion_tokens"]
+        results.append((tokens, time.perf_counter() - start))
+    return results
 
 
 def section0(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, Any]) -> None:
@@ -126,6 +140,7 @@ def section0(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
         bench_policy(engine, prompts[:1], params.replace(max_tokens=4))  # warm-up
         one_at_a_time = [bench_policy(engine, [p], params) for p in prompts[:2]]
         single = (sum(t for t, _ in one_at_a_time), sum(s for _, s in one_at_a_time))
+        decode = bench_policy(engine, [prompts[0][:1]], params)  # a one-token prompt: decode alone
         batch = bench_policy(engine, prompts, params)
     finally:
         engine.close()
@@ -134,12 +149,14 @@ def section0(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
     lcpp = None if args.no_llama_cpp else bench_llama_cpp(tok, prompts[:2], 48, args.threads)
     rows = {
         "engine_single_tps": _tps(*single),
+        "engine_decode_tps": _tps(*decode),
         "engine_batch32_tps": _tps(*batch),
         "generate_single_tps": _tps(*gen_single),
         "generate_batch32_tps": _tps(*gen_batch),
     }
     if lcpp is not None:
-        rows["llama_cpp_single_tps"] = _tps(*lcpp)
+        rows["llama_cpp_single_tps"] = _tps(*lcpp[0])
+        rows["llama_cpp_decode_tps"] = _tps(*lcpp[1])
     for k, v in rows.items():
         print(f"  {k:<24} {v:8.1f} tokens/s")
     print(
@@ -154,6 +171,10 @@ def section0(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
             f"  engine single / llama.cpp single     {rows['engine_single_tps'] / ref:.2f}x   (goal >= 0.5)"
         )
         print(f"  engine batch32 / llama.cpp single    {rows['engine_batch32_tps'] / ref:.2f}x   (goal >= 4)")
+        print(
+            "  engine decode / llama.cpp decode     "
+            f"{rows['engine_decode_tps'] / rows['llama_cpp_decode_tps']:.2f}x   (one-token prompt: decode alone)"
+        )
     else:
         print("  llama.cpp: not installed (pip install llama-cpp-python); its ratios are not shown")
     results["section0"] = rows
