@@ -8,7 +8,8 @@ Sections (all on the bundled SmolLM2-135M-Instruct unless ``--model``):
    is installed, of llama.cpp on the bundled GGUF file (one stream, 2 threads; that file is
    quantized to 4 bits, Q4_1, so llama.cpp reads about a quarter of the bytes per weight that
    bf16 does). Each prompt is prefilled in full in every column (llama.cpp's own prompt cache is
-   reset between prompts); each tool gets one warm-up call. The ratios the issue sets goals for
+   reset between prompts), every column generates all 48 tokens (no stop at end-of-sequence),
+   and each tool gets one warm-up call. The ratios the issue sets goals for
    are printed. llama.cpp 0.3.36 built with AMX on (its default on AMX CPUs) crashed in its first
    decode on the 2026-12-05 machine; ``CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=ON
    -DGGML_AVX512_BF16=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"``
@@ -112,7 +113,7 @@ def bench_llama_cpp(
     """llama.cpp, one stream: ``(tokens, seconds)`` over ``prompts`` (each prefilled in full),
     then over ``new`` tokens after a one-token prompt (decode alone); None when not installed."""
     try:
-        from llama_cpp import Llama
+        from llama_cpp import Llama, LogitsProcessorList
     except ImportError:
         return None
     from skyrl_agent.models import _gguf_location
@@ -120,12 +121,21 @@ def bench_llama_cpp(
     pkg_dir, name = _gguf_location()
     llm = Llama(model_path=str(pkg_dir / name), n_threads=threads, n_ctx=1024, verbose=False)
     llm.create_completion(prompts[0], max_tokens=4)  # warm-up, as the engine gets
+    eos = llm.token_eos()
+
+    def no_eos(_ids: Any, scores: Any) -> Any:  # all `new` tokens, as the engine runs (no stop ids)
+        scores[eos] = -float("inf")
+        return scores
+
+    keep_going = LogitsProcessorList([no_eos])
     results = []
     for group in (prompts, [prompts[0][:1]]):
         tokens, start = 0, time.perf_counter()
         for p in group:
             llm.reset()  # no KV kept from the last prompt: every prompt is prefilled, as for the engine
-            out = llm.create_completion(p, max_tokens=new, temperature=0.8, top_p=1.0, top_k=0)
+            out = llm.create_completion(
+                p, max_tokens=new, temperature=0.8, top_p=1.0, top_k=0, logits_processor=keep_going
+            )
             tokens += out["usage"]["completion_tokens"]
         results.append((tokens, time.perf_counter() - start))
     return results

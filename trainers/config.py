@@ -194,8 +194,9 @@ class TrainConfig:
     """Linear learning-rate warm-up steps."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     """The learning rate after warm-up: ``constant``, or decayed over the remaining ``steps``
-    towards 0 (``linear`` or ``cosine``; the last step still gets a small positive rate). See
-    :func:`trainers.models.lr_factor`."""
+    towards 0 (``linear`` or ``cosine``; the last step still gets a small positive rate). Warm-up
+    and decay count the steps that update: a step whose groups are all flat trains nothing and
+    leaves the schedule where it is. See :func:`trainers.models.lr_factor`."""
     grad_clip: float = 1.0
     """Clip the gradient norm to this (0: no clipping)."""
     updates_per_step: int = 1

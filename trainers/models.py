@@ -205,10 +205,7 @@ def build_learner(cfg: TrainConfig, dist: DistContext) -> Learner:
         params += list(critic.parameters())
     # fused: one kernel over all tensors (on CPU about 0.13 s a step for 135M, against 0.9-1.6 s)
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        functools.partial(lr_factor, warmup=cfg.warmup_steps, steps=cfg.steps, schedule=cfg.lr_schedule),
-    )
+    scheduler = lr_scheduler(optimizer, cfg)
     return Learner(
         cfg=cfg,
         dist=dist,
