@@ -12,13 +12,19 @@ success. The expression is read even from a call whose JSON is malformed (the un
 often leaves out its quotes): this measures the parenthesis habit, not the format. No held-out
 question is used. About 80 s a set on 2 cores with the defaults (16 questions a shape, 8 samples).
 
+``--summaries`` instead reads main-job ``summary.json`` files (``skyrl train``, calculator env)
+and prints held-out success per question shape before and after, from their ``per_prompt``
+rates (the held-out questions are regenerated from the seed in their ids); no model is loaded.
+
     python bench/calculator_examples.py
+    python bench/calculator_examples.py --summaries docs/measurements/main-job-2026-12-05-*.json
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import re
 import sys
 from collections import Counter, defaultdict
@@ -66,6 +72,27 @@ def classify(question_expr: str, call_text: str | None) -> str:
     return "other"
 
 
+def by_shape(path: str) -> None:
+    """Print held-out success per question shape of one main-job summary, before and after."""
+    from trainers.evaluation import success_by
+
+    summary = json.loads(Path(path).read_text())
+    ids = list((summary.get("final") or summary.get("baseline") or {}).get("per_prompt") or {})
+    if summary.get("env") != "calculator" or not ids:
+        print(f"{path}: not a calculator run with per-prompt rates; skipped")
+        return
+    seed = int(ids[0].split("-")[2])  # ids are calc-test-<seed>-<index>
+    rows = generate_calculator_rows(len(ids), split="test", seed=seed)
+    kind_of = {r["id"]: shape(r["expr"]) for r in rows}
+    print(f"{path} (seed {seed}, {summary.get('seconds', 0):.0f} s)")
+    for key in ("baseline", "final"):
+        res = summary.get(key)
+        if res:
+            rates = success_by(res["per_prompt"], kind_of)
+            cells = "  ".join(f"{k} {v:.2f}" for k, v in rates.items())
+            print(f"  {key:<8} {res['success']:.3f} +/- {res['success_se']:.3f}   {cells}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
@@ -73,7 +100,14 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=8, help="samples per question")
     ap.add_argument("--seed", type=int, default=0, help="which training questions and sampling seed")
     ap.add_argument("--show", type=int, default=0, help="print this many first replies of each kind")
+    ap.add_argument(
+        "--summaries", nargs="+", default=None, help="main-job summary.json files: success by shape"
+    )
     args = ap.parse_args()
+    if args.summaries:
+        for path in args.summaries:
+            by_shape(path)
+        return 0
     import torch
 
     from skyrl_agent.models import bf16_is_native
