@@ -4,13 +4,16 @@
 run: the env's bundled rows (its ``bundled_rows`` hook), or a JSONL/Parquet file or a saved
 Hugging Face ``datasets`` dataset with the published columns, read by
 :func:`skyrl_agent.tasks.load_tasks` (the one path from a row to an episode).
-:class:`PromptSampler` walks through the tasks in seeded, per-epoch shuffled order; its ``state_dict`` is part of every checkpoint, so a
-resumed run neither repeats nor skips a prompt.
+:class:`PromptSampler` walks through the tasks in seeded, per-epoch shuffled order, optionally
+stratified (each kind of row spread evenly through the epoch, so no stretch of steps trains on one
+kind only); its ``state_dict`` is part of every checkpoint, so a resumed run neither repeats nor
+skips a prompt.
 """
 
 from __future__ import annotations
 
 import random
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,21 +64,40 @@ def load_items(
 
 
 class PromptSampler:
-    """Seeded, shuffled passes over ``rows``; each prompt appears once per epoch."""
+    """Seeded, shuffled passes over ``rows``; each prompt appears once per epoch.
 
-    def __init__(self, rows: Sequence[PromptItem], seed: int = 0) -> None:
+    ``stratify_by``: a row field (a key of :attr:`PromptItem.extras`, e.g. the calculator's
+    ``shape`` or a mixed dataset's ``data_source``) whose kinds are spread evenly through every
+    epoch: the ``j``-th of a kind's ``n`` shuffled rows goes to position ``(j + u) / n`` of the
+    epoch (``u`` a random offset per kind), so any ``m`` consecutive prompts hold about ``m`` times
+    each kind's share (within 2). A plain shuffle can put one kind in the first steps and leave
+    another out for many (the main job's seed 3: README, "Seed 3, looked at closely")."""
+
+    def __init__(self, rows: Sequence[PromptItem], seed: int = 0, stratify_by: str | None = None) -> None:
         if not rows:
             raise ConfigError("no training rows")
         self.rows = list(rows)
         self.seed = seed
+        self.stratify_by = stratify_by or None
+        self._kinds = None if self.stratify_by is None else [_kind(r, self.stratify_by) for r in self.rows]
         self.epoch = 0
         self.index = 0
         self._order = self._shuffle(0)
 
     def _shuffle(self, epoch: int) -> list[int]:
         order = list(range(len(self.rows)))
-        random.Random(f"{self.seed}-{epoch}").shuffle(order)
-        return order
+        rng = random.Random(f"{self.seed}-{epoch}")
+        rng.shuffle(order)
+        if self._kinds is None:
+            return order
+        by_kind: dict[str, list[int]] = defaultdict(list)
+        for i in order:
+            by_kind[self._kinds[i]].append(i)
+        placed = []  # (position in the epoch, tie-break, row)
+        for tie, members in enumerate(by_kind.values()):
+            offset = rng.random()
+            placed += [((j + offset) / len(members), tie, i) for j, i in enumerate(members)]
+        return [i for _, _, i in sorted(placed)]
 
     def next(self, k: int) -> list[PromptItem]:
         """The next ``k`` rows (crossing into a new, reshuffled epoch when needed)."""
@@ -89,16 +111,39 @@ class PromptSampler:
             self.index += 1
         return batch
 
-    def state_dict(self) -> dict[str, int]:
+    def state_dict(self) -> dict[str, Any]:
         """The position, for checkpoints."""
-        return {"epoch": self.epoch, "index": self.index, "seed": self.seed, "num_rows": len(self.rows)}
+        state: dict[str, Any] = {
+            "epoch": self.epoch,
+            "index": self.index,
+            "seed": self.seed,
+            "num_rows": len(self.rows),
+        }
+        if self.stratify_by is not None:
+            state["stratify_by"] = self.stratify_by
+        return state
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict`; the rows must be the same as when it was saved."""
         if state["num_rows"] != len(self.rows) or state["seed"] != self.seed:
             raise ConfigError(
                 f"checkpoint was taken with {state['num_rows']} rows and seed {state['seed']}, this run has "
                 f"{len(self.rows)} rows and seed {self.seed}; resume with the same data and seed"
             )
+        if state.get("stratify_by") != self.stratify_by:
+            raise ConfigError(
+                f"checkpoint was taken with stratify_by={state.get('stratify_by')!r}, this run has "
+                f"{self.stratify_by!r}; resume with the same --stratify-by"
+            )
         self.epoch, self.index = state["epoch"], state["index"]
         self._order = self._shuffle(self.epoch)
+
+
+def _kind(row: PromptItem, key: str) -> str:
+    extras = row.extras if isinstance(row, PromptItem) else row
+    if key not in extras:
+        raise ConfigError(
+            f"stratify_by={key!r}: row {getattr(row, 'prompt_id', '?')!r} has no field {key!r}; "
+            f"give every training row that field or drop --stratify-by"
+        )
+    return str(extras[key])

@@ -117,8 +117,10 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
     say(
         f"[train] {cfg.env}: {len(items)} training prompts, {len(eval_items)} held-out{ranks}; loading {cfg.model}"
     )
+    sampler = PromptSampler(
+        items, seed=cfg.seed, stratify_by=cfg.stratify_by
+    )  # before the model: a bad field fails fast
     learner = build_learner(cfg, dist)
-    sampler = PromptSampler(items, seed=cfg.seed)
     start_step, baseline = restore(run, learner, sampler, say)
     learner.sync_sampler()  # the sampler starts from the (possibly resumed) trained weights
     logger = (

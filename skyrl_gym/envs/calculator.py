@@ -32,7 +32,7 @@ from skyrl_gym.errors import ConfigError
 from skyrl_gym.tools import ToolGroup, tool
 from skyrl_gym.types import BaseTextEnvStepOutput, EnvExample
 
-__all__ = ["CalculatorEnv", "CalculatorTools", "generate_calculator_rows", "SYSTEM_PROMPT"]
+__all__ = ["CalculatorEnv", "CalculatorTools", "generate_calculator_rows", "SHAPES", "SYSTEM_PROMPT"]
 
 SYSTEM_PROMPT = (
     "You can use a calculator. To use it, reply with exactly one tool call:\n"
@@ -107,9 +107,16 @@ class CalculatorTools(ToolGroup):
         return str(value.numerator) if value.denominator == 1 else f"{float(value):.6g}"
 
 
-def _expression(r: random.Random) -> str:
+SHAPES = ("a * b + c", "a + b * c", "a * b - c", "(a + b) * c")
+"""The question shapes, drawn with equal chances; each row names its own in the ``shape`` field
+(``skyrl train --stratify-by shape`` spreads them evenly through training)."""
+
+
+def _expression(r: random.Random) -> tuple[str, str]:
+    """A random expression and its shape."""
     a, b, c = r.randint(2, 99), r.randint(2, 99), r.randint(2, 99)
-    return r.choice([f"{a} * {b} + {c}", f"{a} + {b} * {c}", f"{a} * {b} - {c}", f"({a} + {b}) * {c}"])
+    shape = r.choice(SHAPES)
+    return shape.replace("a", str(a)).replace("b", str(b)).replace("c", str(c)), shape
 
 
 def generate_calculator_rows(
@@ -124,7 +131,7 @@ def generate_calculator_rows(
     r = random.Random(f"skyrl-calculator-{split}-{seed}")
     rows = []
     for i in range(n):
-        expr = _expression(r)
+        expr, shape = _expression(r)
         value = safe_eval(expr)
         assert value is not None and value.denominator == 1
         question = _PHRASINGS[i % len(_PHRASINGS)].format(e=expr)
@@ -132,6 +139,7 @@ def generate_calculator_rows(
             {
                 "id": f"calc-{split}-{seed}-{i:05d}",
                 "expr": expr,
+                "shape": shape,
                 "prompt": [
                     {"role": "system", "content": SYSTEM_PROMPT},
                     *_example_messages(_EXAMPLES if examples is None else examples),
