@@ -15,9 +15,14 @@ question is used. About 80 s a set on 2 cores with the defaults (16 questions a 
 ``--summaries`` instead reads main-job ``summary.json`` files (``skyrl train``, calculator env)
 and prints held-out success per question shape before and after, from their ``per_prompt``
 rates (the held-out questions are regenerated from the seed in their ids); no model is loaded.
+``--write-rows DIR`` writes the main job's training and held-out rows of ``--seed`` with each
+set's examples, for ``skyrl train --data ... --eval-data ...`` (the same questions as the
+bundled rows; pass ``--stratify-by shape`` to spread them as the bundled rows are).
 
     python bench/calculator_examples.py
     python bench/calculator_examples.py --summaries docs/measurements/main-job-2026-12-05-*.json
+    python bench/calculator_examples.py --write-rows /tmp/rows --sets balanced --seed 3
+    skyrl train --seed 3 --data /tmp/rows/balanced-train-3.jsonl --eval-data /tmp/rows/balanced-test-3.jsonl
 """
 
 from __future__ import annotations
@@ -36,17 +41,28 @@ sys.path.insert(0, str(ROOT))
 from skyrl_gym.envs.calculator import _EXAMPLES, generate_calculator_rows  # noqa: E402
 
 # name -> worked examples (question, expression, value)
+_TIMES = ("What is 12 * 4 + 7?", "12 * 4 + 7", 55)
+_PAREN1 = ("Compute (9 + 3) * 5.", "(9 + 3) * 5", 60)
+_PAREN2 = ("Calculate (14 + 7) * 3.", "(14 + 7) * 3", 63)
 _PLAIN = ("What is 12 + 4 * 7?", "12 + 4 * 7", 40)
+_PLAIN2 = ("Calculate 14 + 7 * 3.", "14 + 7 * 3", 35)
 SETS = {
-    # the env's examples: a * b + c, then two (a + b) * c
+    # the env's examples (since 2026-12-05 the set "two-each-paren-first" below)
     "default": _EXAMPLES,
-    # the first replaced by a + b * c, the shape that differs from the others only by the
+    # the env's examples until 2026-12-05 (the files of that day call them "default"):
+    # a * b + c, then two (a + b) * c
+    "three": (_TIMES, _PAREN1, _PAREN2),
+    # its first replaced by a + b * c, the shape that differs from the others only by the
     # parentheses (the same length)
-    "precedence": (_PLAIN, *_EXAMPLES[1:]),
+    "precedence": (_PLAIN, _PAREN1, _PAREN2),
     # the same three, the plain one read last
-    "precedence-last": (*_EXAMPLES[1:], _PLAIN),
+    "precedence-last": (_PAREN1, _PAREN2, _PLAIN),
     # a + b * c, (a + b) * c, a + b * c
-    "balanced": (_PLAIN, _EXAMPLES[1], ("Calculate 14 + 7 * 3.", "14 + 7 * 3", 35)),
+    "balanced": (_PLAIN, _PAREN1, _PLAIN2),
+    # two of each, alternating: a + b * c, (a + b) * c, a + b * c, (a + b) * c
+    "two-each": (_PLAIN, _PAREN1, _PLAIN2, _PAREN2),
+    # the same four, a parenthesized one first
+    "two-each-paren-first": (_PAREN1, _PLAIN, _PAREN2, _PLAIN2),
 }
 _EXPR_RE = re.compile(r'"expr"\s*:\s*"?([^"}]*)')
 
@@ -93,9 +109,25 @@ def by_shape(path: str) -> None:
             print(f"  {key:<8} {res['success']:.3f} +/- {res['success_se']:.3f}   {cells}")
 
 
+def write_rows(out: Path, sets: list[str], seed: int) -> None:
+    """The main job's training and held-out rows with each set's worked examples: the same
+    questions as the bundled rows of ``--seed`` (so ``skyrl train --seed S --data ... --eval-data
+    ...`` differs from the default run only by the examples)."""
+    from trainers.config import TrainConfig
+
+    cfg = TrainConfig(seed=seed)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in sets:
+        for split, n in (("train", cfg.train_prompts), ("test", cfg.eval_prompts)):
+            path = out / f"{name}-{split}-{seed}.jsonl"
+            rows = generate_calculator_rows(n, split=split, seed=seed, examples=SETS[name])
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            print(f"{path}  {len(rows)} rows")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
+    ap.add_argument("--sets", nargs="+", default=["default", "three", "balanced"], choices=list(SETS))
     ap.add_argument("--prompts-per-shape", type=int, default=16)
     ap.add_argument("--n", type=int, default=8, help="samples per question")
     ap.add_argument("--seed", type=int, default=0, help="which training questions and sampling seed")
@@ -103,10 +135,20 @@ def main() -> int:
     ap.add_argument(
         "--summaries", nargs="+", default=None, help="main-job summary.json files: success by shape"
     )
+    ap.add_argument(
+        "--write-rows",
+        metavar="DIR",
+        default=None,
+        help="write the main job's rows under each set instead (DIR/<set>-{train,test}-<seed>.jsonl, "
+        "400 and 64 rows, the questions of --seed) for skyrl train --data/--eval-data",
+    )
     args = ap.parse_args()
     if args.summaries:
         for path in args.summaries:
             by_shape(path)
+        return 0
+    if args.write_rows:
+        write_rows(Path(args.write_rows), args.sets, args.seed)
         return 0
     import torch
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from skyrl_gym._aggregate import default_aggregate_metrics
 from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
@@ -203,6 +203,11 @@ class BaseTextEnv(Env[ConversationType, str]):
         return default_aggregate_metrics(metrics)
 
     # ----------------------------------------------------------------- data
+    bundled_stratify_by: ClassVar[str | None] = None
+    """A field of :meth:`bundled_rows` whose kinds ``skyrl train`` spreads evenly through training
+    by default (``--stratify-by auto``), e.g. the calculator's question ``shape``; None: a plain
+    shuffle."""
+
     @classmethod
     def bundled_rows(cls, split: str = "train", n: int = 0, seed: int = 0) -> list[dict[str, Any]] | None:
         """The dataset rows this env ships with, in the published columns (``prompt``,

@@ -53,10 +53,12 @@ class TrainConfig:
     """Held-out rows, in the same formats; default: the env's bundled test split."""
     train_prompts: int = 400
     """How many training rows to use (0: all in the file)."""
-    stratify_by: str | None = None
+    stratify_by: str = "auto"
     """A row field whose kinds are spread evenly through every epoch of training prompts (e.g.
     ``shape`` for the calculator, ``data_source`` for a mixed dataset), so no stretch of steps
-    trains on one kind only; None: a plain seeded shuffle. See :class:`trainers.data.PromptSampler`."""
+    trains on one kind only (:class:`trainers.data.PromptSampler`). ``auto``: the env's
+    ``bundled_stratify_by`` when training on its bundled rows (the calculator: ``shape``), else
+    none; ``none``: a plain seeded shuffle."""
     eval_prompts: int = 64
     """How many held-out rows to evaluate on (0: skip evaluation)."""
     eval_samples: int = 4

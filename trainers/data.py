@@ -22,7 +22,7 @@ from skyrl_agent.tasks import load_tasks, row_to_item
 from skyrl_agent.types import PromptItem
 from skyrl_gym.errors import ConfigError
 
-__all__ = ["load_items", "PromptSampler"]
+__all__ = ["load_items", "PromptSampler", "stratify_key"]
 
 
 def _builtin_rows(env_id: str, split: str, n: int, seed: int) -> list[dict[str, Any]] | None:
@@ -61,6 +61,21 @@ def load_items(
         row_to_item(row, where=f"{env_id} bundled row {i}", default_id=f"{split}-{i:06d}")
         for i, row in enumerate(rows)
     ]
+
+
+def stratify_key(stratify_by: str, env_id: str, path: str | None) -> str | None:
+    """The row field to stratify training prompts by, from ``--stratify-by``: ``auto`` is the
+    env's ``bundled_stratify_by`` for its bundled rows (``path`` None) and none for a data file;
+    ``none`` (or empty) is none; anything else is the field itself."""
+    if stratify_by in ("", "none"):
+        return None
+    if stratify_by != "auto":
+        return stratify_by
+    if path is not None:
+        return None
+    from skyrl_gym.registration import spec
+
+    return getattr(spec(env_id).load(), "bundled_stratify_by", None)
 
 
 class PromptSampler:
@@ -133,7 +148,7 @@ class PromptSampler:
         if state.get("stratify_by") != self.stratify_by:
             raise ConfigError(
                 f"checkpoint was taken with stratify_by={state.get('stratify_by')!r}, this run has "
-                f"{self.stratify_by!r}; resume with the same --stratify-by"
+                f"{self.stratify_by!r}; resume with --stratify-by {state.get('stratify_by') or 'none'}"
             )
         self.epoch, self.index = state["epoch"], state["index"]
         self._order = self._shuffle(self.epoch)

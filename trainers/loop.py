@@ -47,7 +47,7 @@ from trainers.async_rollouts import AsyncRollouts
 from trainers.batch import collate
 from trainers.config import TrainConfig
 from trainers.critic import score_values
-from trainers.data import PromptSampler, load_items
+from trainers.data import PromptSampler, load_items, stratify_key
 from trainers.distributed import DistContext, init_distributed, resolve_device
 from trainers.evaluation import EvalResult, evaluate
 from trainers.metrics import MetricsLogger, plot_metrics
@@ -114,12 +114,14 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
     ranks = (
         f", {dist.world_size} ranks ({dist.backend}{', FSDP2' if dist.fsdp else ''})" if dist.enabled else ""
     )
+    # before the model loads, so that a missing field fails at once
+    strata = stratify_key(cfg.stratify_by, cfg.env, cfg.data)
+    sampler = PromptSampler(items, seed=cfg.seed, stratify_by=strata)
+    spread = f" (spread by {strata})" if strata else ""
     say(
-        f"[train] {cfg.env}: {len(items)} training prompts, {len(eval_items)} held-out{ranks}; loading {cfg.model}"
+        f"[train] {cfg.env}: {len(items)} training prompts{spread}, {len(eval_items)} held-out{ranks}; "
+        f"loading {cfg.model}"
     )
-    sampler = PromptSampler(
-        items, seed=cfg.seed, stratify_by=cfg.stratify_by
-    )  # before the model: a bad field fails fast
     learner = build_learner(cfg, dist)
     start_step, baseline = restore(run, learner, sampler, say)
     learner.sync_sampler()  # the sampler starts from the (possibly resumed) trained weights

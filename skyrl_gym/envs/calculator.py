@@ -10,8 +10,9 @@ The env runs it and answers ``<tool_response>449</tool_response>``. Turn 2: the 
 ``1,204`` or ``2.5``): an arithmetic expression in ``<answer>`` scores nothing, even when it has
 the right value, since writing the question's expression back skips the task (a main-job run
 learned exactly that, 0.95 "success" with no tool call, before this rule). The episode ends
-after the answer or at ``max_turns`` (2). The prompt carries three worked example exchanges (two
-with parentheses); why three is measured at ``_EXAMPLES``.
+after the answer or at ``max_turns`` (2). The prompt carries four worked example exchanges, two
+``(a + b) * c`` and two ``a + b * c`` in turn; why these is measured at ``_EXAMPLES``. Each row
+names its question's shape, and ``skyrl train`` spreads the bundled rows evenly over the shapes.
 
 What is learned is mostly the format (the tool does the arithmetic): this task shows the RL
 mechanics working end to end, not reasoning gains.
@@ -50,14 +51,20 @@ SYSTEM_PROMPT = (
 # trained model wrote "20 + 59) * 60" or "20 + 59 * 60". The third example, a second one with
 # parentheses, lifted them to 0.99 (all held-out: 0.969, 12 steps at lr 4e-5) and the baseline from
 # 0.02-0.03 to 0.086 (docs/measurements/main-job-2026-12-04-3ex-12steps-cpu.json). The other
-# side of that tilt: on a + b * c questions the untrained model adds parentheses in 0.16 of first
-# calls and copies the expression in 0.09 (`bench/calculator_examples.py`, training questions).
-# A set with two a + b * c examples halves the first and triples the second, but did not keep the
-# main job's seed 3 above 0.9 (0.766; README, 2026-12-05), so these stay.
+# side of that tilt: on a + b * c questions the untrained model added parentheses in 0.16 of
+# first calls and copied the expression in 0.09 (`bench/calculator_examples.py`, training
+# questions), and on some draws (the main job's seed 3) the trained policy wrote every plain
+# question with parentheses (0.00 success on them). Tilting the other way (two a + b * c around
+# one (a + b) * c, "balanced") only moved the failure: with the prompts spread by shape, seeds
+# 1 and 2 then ended with 0.00 on the parenthesized questions. Two of each, alternating, a
+# parenthesized one first (this set): the untrained success on the two shapes 0.19 and 0.16
+# (against 0.01 and 0.09), and with the training prompts spread by shape
+# (``bundled_stratify_by``) the main job ended at or above 0.9 on seeds 0-3 (README, 2026-12-05).
 _EXAMPLES = (
-    ("What is 12 * 4 + 7?", "12 * 4 + 7", 55),
     ("Compute (9 + 3) * 5.", "(9 + 3) * 5", 60),
+    ("What is 12 + 4 * 7?", "12 + 4 * 7", 40),
     ("Calculate (14 + 7) * 3.", "(14 + 7) * 3", 63),
+    ("Calculate 14 + 7 * 3.", "14 + 7 * 3", 35),
 )
 
 
@@ -155,6 +162,8 @@ def generate_calculator_rows(
 
 class CalculatorEnv(BaseTextEnv):
     """Two-turn calculator tool use: a JSON tool call, then <answer>N</answer>."""
+
+    bundled_stratify_by = "shape"
 
     def __init__(self, env_config: Any = None, extras: Any = None) -> None:
         super().__init__(env_config, extras)

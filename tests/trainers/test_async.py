@@ -88,7 +88,9 @@ def test_async_training_run(tmp_path):
     assert all("tis_weight_mean" in r for r in train_records)  # off-policy correction on
     assert all("sync_seconds" in r for r in train_records)  # weights went to the sampler each step
     # prompts in the order the sampler gives them: none replayed, none skipped
-    sampler = PromptSampler(load_items("calculator", "train", 20, seed=0), seed=0)
+    sampler = PromptSampler(
+        load_items("calculator", "train", 20, seed=0), seed=0, stratify_by="shape"
+    )  # the env's bundled_stratify_by
     expected = [r.prompt_id for _ in range(5) for r in sampler.next(2)]
     trajs = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
     seen = [

@@ -86,7 +86,9 @@ def test_sigkill_then_resume(tiny_model_dir, tmp_path):
     keys = [(t["step"], t["group_id"], t["sample_index"]) for t in trajs]
     assert len(keys) == len(set(keys)) == STEPS * PROMPTS * GROUP
     # no prompt was replayed or skipped: the prompts are exactly the sampler's sequence
-    sampler = PromptSampler(load_items("calculator", "train", 20, seed=0), seed=0)
+    sampler = PromptSampler(
+        load_items("calculator", "train", 20, seed=0), seed=0, stratify_by="shape"
+    )  # the env's bundled_stratify_by
     expected = [r.prompt_id for _ in range(STEPS) for r in sampler.next(PROMPTS)]
     seen = [
         t["prompt_id"]

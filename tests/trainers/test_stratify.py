@@ -11,7 +11,7 @@ from skyrl_agent.types import PromptItem
 from skyrl_gym.envs.calculator import SHAPES, generate_calculator_rows
 from skyrl_gym.errors import ConfigError
 from trainers.config import TrainConfig
-from trainers.data import PromptSampler, load_items
+from trainers.data import PromptSampler, load_items, stratify_key
 
 
 def _rows(sizes: dict[str, int]) -> list[PromptItem]:
@@ -76,9 +76,9 @@ def test_resume_continues_the_stratified_order_and_refuses_another_key():
     again = PromptSampler(rows, seed=2, stratify_by="kind")
     again.load_state_dict(state)
     assert [r.prompt_id for r in again.next(25)] == [r.prompt_id for r in first.next(25)]
-    with pytest.raises(ConfigError, match="--stratify-by"):
+    with pytest.raises(ConfigError, match="resume with --stratify-by kind"):
         PromptSampler(rows, seed=2).load_state_dict(state)
-    with pytest.raises(ConfigError, match="--stratify-by"):
+    with pytest.raises(ConfigError, match="resume with --stratify-by none"):
         PromptSampler(rows, seed=2, stratify_by="kind").load_state_dict(
             PromptSampler(rows, seed=2).state_dict()
         )
@@ -104,13 +104,18 @@ def test_calculator_rows_name_their_shape_and_stratify_by_it():
     assert all(len(set(order[k : k + 4])) >= 3 for k in range(0, 200, 4))
 
 
-def test_train_config_and_flag():
-    assert TrainConfig().stratify_by is None
+def test_auto_is_the_envs_field_for_its_bundled_rows_only():
+    assert TrainConfig().stratify_by == "auto"
+    assert stratify_key("auto", "calculator", None) == "shape"  # CalculatorEnv.bundled_stratify_by
+    assert stratify_key("auto", "calculator", "rows.jsonl") is None  # a data file: the user says
+    assert stratify_key("auto", "gsm8k", None) is None  # an env that names no field
+    assert stratify_key("none", "calculator", None) is None
+    assert stratify_key("data_source", "calculator", "rows.jsonl") == "data_source"
+
     import argparse
 
     from trainers.cli import add_command
 
     p = argparse.ArgumentParser()
     add_command(p.add_subparsers())
-    args = p.parse_args(["train", "--stratify-by", "shape"])
-    assert args.stratify_by == "shape"
+    assert p.parse_args(["train", "--stratify-by", "none"]).stratify_by == "none"
