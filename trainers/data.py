@@ -155,10 +155,9 @@ class PromptSampler:
 
 
 def _kind(row: PromptItem, key: str) -> str:
-    extras = row.extras if isinstance(row, PromptItem) else row
-    if key not in extras:
+    if key not in row.extras:
         raise ConfigError(
-            f"stratify_by={key!r}: row {getattr(row, 'prompt_id', '?')!r} has no field {key!r}; "
+            f"stratify_by={key!r}: row {row.prompt_id!r} has no field {key!r}; "
             f"give every training row that field or drop --stratify-by"
         )
-    return str(extras[key])
+    return str(row.extras[key])
