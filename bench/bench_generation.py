@@ -211,6 +211,8 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
         "rows-64-cascade": {"engine": EngineConfig(max_rows=64, cascade_min_tokens=64)},
         "rows-128-cascade": {"engine": EngineConfig(max_rows=128, cascade_min_tokens=64)},
         "static": {"scheduler": "static"},
+        # decode steps through the model's forward instead of the written-out Llama step
+        "module-step": {"engine": EngineConfig(max_rows=rows_cap, lean_decode_step=False)},
     }
     for name in args.variants:
         if name == "generate":  # plain model.generate(), timed below
@@ -230,6 +232,7 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
         start = time.perf_counter()
         result = evaluate(policy, cfg, rows, seed=cfg.seed)
         seconds = time.perf_counter() - start
+        stats = policy.engine_stats()
         policy.close()
         out[name] = {
             "episodes_per_s": result.episodes / seconds,
@@ -241,6 +244,13 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
             f"  {name:<10} {result.episodes} episodes in {seconds:6.1f} s: {result.episodes / seconds:6.2f} episodes/s, "
             f"{generated / seconds:7.1f} tokens/s (success {result.success:.3f})"
         )
+        if stats is not None and stats.decode_steps:
+            print(
+                f"             {stats.decode_steps} decode steps of {stats.rows_decoded / stats.decode_steps:.1f} rows "
+                f"on average; {stats.prefills} prefills ran {stats.prefill_tokens} prompt tokens "
+                f"({stats.reused_tokens} reused)"
+            )
+            out[name]["mean_rows"] = stats.rows_decoded / stats.decode_steps
     if "generate" in args.variants:
         first_turn = calculator_prompts(tok, len(rows), with_tools=True) * cfg.eval_samples
         toks, secs = bench_generate(model, tok, first_turn, cfg.max_tokens_per_turn, 32)
@@ -254,6 +264,9 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
         base = out.get("no-cascade", e)
         ratio = out["cascade"]["episodes_per_s"] / base["episodes_per_s"]
         print(f"  cascade / without episodes/s        {ratio:.2f}x")
+    if e and "module-step" in out:
+        ratio = e["episodes_per_s"] / out["module-step"]["episodes_per_s"]
+        print(f"  engine / module-step episodes/s     {ratio:.2f}x")
     if e and "admit-1" in out:
         ratio = e["episodes_per_s"] / out["admit-1"]["episodes_per_s"]
         print(f"  engine / admit_every=1 episodes/s   {ratio:.2f}x")
@@ -345,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             "rows-64-cascade",
             "rows-128-cascade",
             "static",
+            "module-step",
             "generate",
         ),
         default=["engine", "cascade", "static", "generate"],

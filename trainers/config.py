@@ -220,11 +220,10 @@ class TrainConfig:
     fused_head: bool = True
     """Run the LM head only at positions that predict a trained token, fused with the
     log-softmax, in chunks (same losses and gradients; False: full logits, the reference path)."""
-    sampler_cascade_min_tokens: int = 0
-    """The sampler's ``EngineConfig.cascade_min_tokens``: above 0 (64 is a good value), rows
-    under a shared prompt prefix of at least this many tokens read one copy of its KV in decode
-    steps (CPU under bf16 autocast). 0: off, the default: in two pairs of main-job runs it
-    did not make the job faster (decision 0025)."""
+    sampler_cascade_min_tokens: int = 64
+    """The sampler's ``EngineConfig.cascade_min_tokens``: above 0, rows under a shared prompt
+    prefix of at least this many tokens read one copy of its KV in decode steps (CPU under bf16
+    autocast; decision 0025). 0: off (every row reads its own copy)."""
     # ---------------------------------------------------------------- scale-out and overlap
     async_staleness: int = 0
     """0: synchronous (each batch sampled by the current weights). k >= 1: the next batches are

@@ -69,6 +69,7 @@ from skyrl_agent._prefix import common_prefix
 from skyrl_agent.policies._attention import ATTENTION
 from skyrl_agent.policies._cascade import SharedPrefix, cascade_step, use_cascade_attention
 from skyrl_agent.policies._lean import LeanCopy
+from skyrl_agent.policies._llama_step import LlamaDecodeStep
 from skyrl_agent.policies._sampling import find_stop, prefill, sample_rows
 from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, SamplingParams
 from skyrl_gym.errors import ConfigError
@@ -111,14 +112,18 @@ class EngineConfig:
     pass. With fewer rows running they join at the next step. 1: at every step. Measured on
     the main job's untrained evaluation (2 cores, bf16, one run each): 121 s with 1, 111 s
     with 4 (prefill forwards 273 -> 160), 110 s with 8 or 16."""
-    cascade_min_tokens: int = 0
-    """When above 0 (64 is a good value): rows whose prompts start with the same prefix of at
-    least this many tokens (a system prompt) keep one copy of its KV, which decode steps read
-    once for all of them (cascade attention, :mod:`skyrl_agent.policies._cascade`). Applies
-    where the engine decodes with its bf16 weight copy (CPU under bf16 autocast). Off by
-    default: in two pairs of main-job runs it did not make the job faster (653 against 668 s,
-    595 against 571 s; held out 0.824 and 0.938 against 0.969 and 0.961), and it changes
-    greedy tokens no more than the batch size does (decision 0025)."""
+    cascade_min_tokens: int = 64
+    """When above 0: rows whose prompts start with the same prefix of at least this many tokens
+    (a system prompt) keep one copy of its KV, which decode steps read once for all of them
+    (cascade attention, :mod:`skyrl_agent.policies._cascade`). Applies where the engine decodes
+    with its bf16 weight copy (CPU under bf16 autocast). It changes greedy tokens no more than
+    the batch size does; on since 2026-12-05, when its attention stopped casting every row's
+    keys up to float32 (the main job's evaluation 1.19x faster; decision 0025). 0: off."""
+    lean_decode_step: bool = True
+    """Run decode steps of a plain ``LlamaForCausalLM`` (the bundled model's layout) through
+    :class:`~skyrl_agent.policies._llama_step.LlamaDecodeStep`: the same operations on the same
+    weights without transformers' module plumbing, logits bit for bit the same. Other models
+    always decode through their forward."""
 
     def __post_init__(self) -> None:
         if self.max_rows < 1:
@@ -165,6 +170,8 @@ class EngineStats:
     """Sum over decode steps of the rows that read a shared prefix's single copy of KV."""
     cascade_columns_saved: int = 0
     """Sum over decode steps of the prefix columns those rows did not hold themselves."""
+    cascade_prefill_rows: int = 0
+    """Next turns prefilled over their own columns, the shared prefix read from its one copy."""
     workers_released: int = 0
     """Times the engine's thread, going idle, had the OpenMP runtime release its workers (on
     CPU; counted also when it held none; see :mod:`skyrl_agent._openmp`)."""
@@ -413,14 +420,15 @@ class PrefixStore:
         most ``len(prompt) - 1`` tokens: the last prompt token must run, for its logits), or
         None. ``version``: only entries made with these weights (None: any)."""
         best_key, best_len = None, 0
+        prompt = list(prompt)  # once: slices of a list compare in C
         limit = len(prompt) - 1
         for key, e in self._entries.items():
             if version is not None and e.version != version:
                 continue
             n = min(len(e.ids), limit)
-            if n <= best_len:
+            if n <= best_len or e.ids[0] != prompt[0]:
                 continue
-            if e.ids[:n] != list(prompt[:n]):
+            if e.ids[:n] != prompt[:n]:
                 n = common_prefix(e.ids, prompt, n)
             if n > best_len:
                 best_key, best_len = key, n
@@ -552,6 +560,7 @@ class InferenceEngine:
         # contiguous keys and values (a strided slice cost a copy per layer when those matmuls
         # ran in bf16: 39% of a step, measured; the float32 version casts them anyway)
         self._full_width_decode = getattr(cfg, "_attn_implementation", None) == ATTENTION
+        self._step = LlamaDecodeStep.build(self._run) if self.config.lean_decode_step else None
         self.store = PrefixStore(self.config.prefix_cache_bytes, self.config.min_reuse_tokens)
         self.weights_version = 0
         self._param_ids = frozenset(id(p) for p in model.parameters())
@@ -774,18 +783,43 @@ class InferenceEngine:
             self._offer_shared(members[0].prompt[:n], kv, version)
         if fresh:
             self._prefill_isolated(fresh, [r.prompt for r in fresh], [])
-        singles: list[tuple[_Row, int, _KV]] = []
+        # Next turns of episodes under the shared prefix run over their pasts without it, which
+        # the attention reads once for all of them (_cascade._prefill_over_prefix); the others
+        # over their whole pasts. Entries: (row, tokens of its prompt the past covers, past).
+        singles: list[tuple[_Row, int, _Past]] = []
+        cascaded: list[tuple[_Row, int, _Past]] = []
         for members, n, kv in hits:
-            if len(members) == 1:
-                singles.append((members[0], n, kv))
+            own = self._after_shared(members[0], n, kv)
+            tails = [r.prompt[n:] for r in members]
+            if len(members) > 1:  # one past for all: it runs once, repeated
+                if own is not None:
+                    self._stats.cascade_prefill_rows += len(members)
+                past = (n, kv) if own is None else own
+                self._prefill_isolated(members, tails, [past] * len(members), over_shared=own is not None)
+            elif own is None:
+                singles.append((members[0], n, (n, kv)))
             else:
-                self._prefill_isolated(members, [r.prompt[n:] for r in members], [(n, kv)] * len(members))
-        if singles:  # next turns of different episodes: one batch over their padded pasts
-            self._prefill_isolated(
-                [r for r, _, _ in singles],
-                [r.prompt[n:] for r, n, _ in singles],
-                [(n, kv) for _, n, kv in singles],
-            )
+                cascaded.append((members[0], n, own))
+        for batch, over in ((cascaded, True), (singles, False)):
+            if over:
+                self._stats.cascade_prefill_rows += len(batch)
+            # next turns of different episodes: batches over their padded pasts, split where the
+            # padding of short tails to the longest would cost more than another pass
+            for part in _split_by_length(batch, [len(r.prompt) - n for r, n, _ in batch]):
+                self._prefill_isolated(
+                    [r for r, _, _ in part], [r.prompt[n:] for r, n, _ in part], [p for _, _, p in part], over
+                )
+
+    def _after_shared(self, row: _Row, n: int, kv: _KV) -> _Past | None:
+        """``(n - N, the columns after the shared prefix)`` when ``row``'s past of ``n`` stored
+        columns starts with the whole shared prefix (``N`` tokens, the same weights), else None."""
+        shared = self._shared
+        if shared is None or not self._cascade_on or self.device.type != "cpu":
+            return None
+        N = len(shared.ids)
+        if n <= N or row.version != shared.version or shared.shared_with(row.prompt) != N:
+            return None
+        return n - N, [(k[:, :, N:n], v[:, :, N:n]) for k, v in kv]
 
     def _offer_shared(self, ids: list[int], kv: _KV, version: int | None) -> None:
         """Make ``ids`` (with its KV, computed with weights ``version``) the prefix rows read from
@@ -832,11 +866,12 @@ class InferenceEngine:
         rows: list[_Row],
         tails: list[list[int]],
         pasts: list[_Past],
+        over_shared: bool = False,
     ) -> None:
         """:meth:`_run_prefill`; when a group fails, each row runs alone on its whole prompt, so
         only the row at fault gets the error (the running rows are not touched by a prefill)."""
         try:
-            self._run_prefill(rows, tails, pasts)
+            self._run_prefill(rows, tails, pasts, over_shared)
         except Exception as exc:  # noqa: BLE001 - handed to the row(s) at fault
             if len(rows) == 1 and not pasts:
                 _resolve(rows[0].future, exc=exc)
@@ -883,12 +918,15 @@ class InferenceEngine:
         rows: list[_Row],
         tails: list[list[int]],
         pasts: list[_Past],
+        over_shared: bool = False,
     ) -> None:
         """Run ``tails`` (each row's prompt after the tokens whose KV its entry of ``pasts``
         holds; ``pasts`` empty for fresh rows) as one left-padded batch. Rows that continue one
         past: the longest prefix their tails share is run once and its KV repeated (a GRPO
         group's samples share their whole prompt) and stored, so later prompts that start the
-        same way (other questions under the same system prompt) reuse it."""
+        same way (other questions under the same system prompt) reuse it. ``over_shared``: the
+        pasts are the columns after the shared prefix (every row's prompt starts with all of it),
+        which the attention reads from its single copy."""
         B, dev = len(rows), self.device
         cache, past_len, past_valid = self._past_cache(pasts) if pasts else (None, 0, None)
         # identical tails on one past (the samples of a group) run once; their rows share the KV
@@ -896,16 +934,22 @@ class InferenceEngine:
         row_of = [unique.setdefault(tuple(t), len(unique)) for t in tails]
         dedupe = past_valid is None and len(unique) < B
         run = [list(t) for t in unique] if dedupe else tails
-        cache, logits_BV, attn_BT, _, shared = prefill(
-            self._run,
-            self._cache_kwarg,
-            self.pad_token_id,
-            run,
-            min_shared_prefix=self.config.min_shared_prefix,
-            past=cache,
-            past_len=past_len,
-            past_valid_BP=past_valid,
-        )
+        offset, over = 0, contextlib.nullcontext()
+        if over_shared:
+            assert self._shared is not None
+            offset, over = len(self._shared.ids), cascade_step(self._shared, None)
+        with over:
+            cache, logits_BV, attn_BT, _, shared = prefill(
+                self._run,
+                self._cache_kwarg,
+                self.pad_token_id,
+                run,
+                min_shared_prefix=self.config.min_shared_prefix,
+                past=cache,
+                past_len=past_len,
+                past_valid_BP=past_valid,
+                position_offset=offset,
+            )
         if dedupe:
             index_B = torch.as_tensor(row_of, device=dev)
             logits_BV, attn_BT = logits_BV.index_select(0, index_B), attn_BT.index_select(0, index_B)
@@ -915,7 +959,7 @@ class InferenceEngine:
         self._stats.prefills += 1
         # the columns every row has in common, stored for prompts that start the same way
         common = past_len + (shared or (len(run[0]) if B > 1 and len(run) == 1 else 0))
-        if common > past_len and (self.config.prefix_cache_bytes or self._cascade_on):
+        if common > past_len and not over_shared and (self.config.prefix_cache_bytes or self._cascade_on):
             common_kv = [
                 (lay.keys[:1, :, :common].clone(), lay.values[:1, :, :common].clone()) for lay in cache.layers
             ]
@@ -939,7 +983,11 @@ class InferenceEngine:
         if len(keep) < B:
             valid = valid.index_select(0, torch.as_tensor(keep, device=dev))
         shared = self._shared
-        if shared is not None:
+        if over_shared:  # their columns are already the ones after the prefix
+            assert shared is not None
+            for j in keep:
+                rows[j].shared_n = len(shared.ids)
+        elif shared is not None:
             for j in keep:
                 r = rows[j]
                 n = shared.shared_with(r.prompt) if r.version == shared.version else 0
@@ -973,16 +1021,19 @@ class InferenceEngine:
             self._stats.cascade_rows_decoded += sum(1 for n in shared_n if n)
             self._stats.cascade_columns_saved += sum(shared_n)
         try:
+            mask = slots.full_step_mask() if slots.full_width else slots.step_mask(self._additive_mask)
             with cascade:
-                out = self._run(
-                    input_ids=tokens,
-                    position_ids=pos,
-                    attention_mask=slots.full_step_mask()
-                    if slots.full_width
-                    else slots.step_mask(self._additive_mask),
-                    use_cache=True,
-                    **{self._cache_kwarg: slots.as_cache()},
-                )
+                if self._step is not None:
+                    logits_BV = self._step(tokens, pos, slots.write, mask)
+                else:
+                    out = self._run(
+                        input_ids=tokens,
+                        position_ids=pos,
+                        attention_mask=mask,
+                        use_cache=True,
+                        **{self._cache_kwarg: slots.as_cache()},
+                    )
+                    logits_BV = out.logits[:, -1, :]
         finally:
             slots.full_width = False
         slots.t += 1
@@ -991,7 +1042,7 @@ class InferenceEngine:
         self._stats.decode_steps += 1
         self._since_admit += 1
         self._stats.rows_decoded += len(rows)
-        keep = set(self._sample(rows, out.logits[:, -1, :].float()))
+        keep = set(self._sample(rows, logits_BV.float()))
         for j in range(len(rows) - 1, -1, -1):  # from the end: a removal moves the last row
             if j not in keep:
                 self._leave(j)
@@ -1083,6 +1134,35 @@ class InferenceEngine:
             _resolve(row.future, exc=exc)
         self._rows.clear()
         self._slots.release()
+
+
+#: What one more prefill pass costs, in padded token positions: on the project's 2-core machine
+#: (bf16, the bundled model, 2026-12-05) a next-turn prefill took about 60 ms plus 1.3 ms per
+#: position of its rows x its longest tail (one row of 17 tokens: 75 ms; 5 rows padded to 76:
+#: 560 ms; 8 rows of 17-110 tokens padded to 110: 1.3 s).
+_PASS_COST_POSITIONS = 48
+
+
+def _split_by_length(items: list[Any], lengths: list[int]) -> list[list[Any]]:
+    """``items`` in batches of similar ``lengths`` (each padded to its longest) that minimise
+    padded positions plus :data:`_PASS_COST_POSITIONS` per batch; shortest first. An exact
+    partition of the sorted lengths into runs, by dynamic programming (a few dozen rows)."""
+    if len(items) <= 1:
+        return [items] if items else []
+    order = sorted(range(len(items)), key=lambda i: lengths[i])
+    L = [lengths[i] for i in order]
+    best = [0.0] + [float("inf")] * len(L)  # best[j]: cost of the first j sorted items
+    cut = [0] * (len(L) + 1)
+    for j in range(1, len(L) + 1):
+        for i in range(j):  # the last batch holds sorted items i .. j - 1, padded to L[j - 1]
+            c = best[i] + _PASS_COST_POSITIONS + (j - i) * L[j - 1]
+            if c < best[j]:
+                best[j], cut[j] = c, i
+    parts, j = [], len(L)
+    while j:
+        parts.append([items[order[k]] for k in range(cut[j], j)])
+        j = cut[j]
+    return parts[::-1]
 
 
 def _resolve(fut: concurrent.futures.Future, result: Any = None, exc: BaseException | None = None) -> None:

@@ -92,6 +92,7 @@ def prefill(
     past: Any = None,
     past_len: int = 0,
     past_valid_BP: torch.Tensor | None = None,
+    position_offset: int = 0,
 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """Run ``tails`` through ``model`` as one left-padded batch on top of ``past`` (a one-row
     cache of ``past_len`` columns that every row continues, or None; or, with ``past_valid_BP``,
@@ -103,7 +104,8 @@ def prefill(
     ``min_shared_prefix`` tokens) is computed once for one row, on top of ``past``, and the KV is
     repeated to every row; only the rest of each prompt runs per row, left-padded inside that
     block with position ids that skip the padding. The result equals running every full prompt
-    (a test checks logits and samples)."""
+    (a test checks logits and samples). ``position_offset``: tokens before the cache's first
+    column (a shared prefix the attention reads elsewhere: a cascaded prefill)."""
     B, dev = len(tails), next(model.parameters()).device
     shared = 0
     if B > 1 and past_valid_BP is None:
@@ -119,7 +121,7 @@ def prefill(
         out = model(
             input_ids=prefix,
             attention_mask=torch.ones((1, past_len + shared), dtype=torch.long, device=dev),
-            position_ids=torch.arange(past_len, past_len + shared, device=dev)[None],
+            position_ids=torch.arange(past_len, past_len + shared, device=dev)[None] + position_offset,
             use_cache=True,
             logits_to_keep=_last_position(shared, dev),
             **kwargs0,
@@ -138,7 +140,7 @@ def prefill(
     ids_BS, mask_BS = ids_BS.to(dev), mask_BS.to(dev)
     past_BP = mask_BS.new_ones((B, P)) if past_valid_BP is None else past_valid_BP.to(mask_BS)
     attn_BT = torch.cat([past_BP, mask_BS], dim=1)  # B x (P + S)
-    pos_BS = (attn_BT.cumsum(-1) - 1).clamp(min=0)[:, P:]
+    pos_BS = (attn_BT.cumsum(-1) - 1).clamp(min=0)[:, P:] + position_offset
     kwargs: dict[str, Any] = {cache_kwarg: cache} if cache is not None else {}
     out = model(
         input_ids=ids_BS,

@@ -6,6 +6,7 @@ trainer's module on SDPA and drop the prefix when the weights change."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import types
 
@@ -98,12 +99,39 @@ def test_calls_outside_a_cascade_step_are_sdpa_unchanged() -> None:
     ours, _ = _cascade_attention(module, c["q"], c["k"], c["v"], mask, scaling=0.3)
     ref, _ = sdpa_attention_forward(module, c["q"], c["k"], c["v"], mask, scaling=0.3)
     assert torch.equal(ours, ref)
-    # a prefill (more than one query token) inside a step is SDPA too
+    # a prefill (more than one query token) outside a step is SDPA too
     q3 = c["q"].repeat(1, 1, 3, 1)
-    prefix = SharedPrefix.from_kv(list(range(c["N"])), [(c["kp"], c["vp"])], version=0)
-    with cascade_step(prefix, None):
-        ours3, _ = _cascade_attention(module, q3, c["k"], c["v"], None, scaling=0.3)
+    ours3, _ = _cascade_attention(module, q3, c["k"], c["v"], None, scaling=0.3)
     assert torch.equal(ours3, sdpa_attention_forward(module, q3, c["k"], c["v"], None, scaling=0.3)[0])
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_a_prefill_inside_a_step_attends_to_the_prefix_and_its_own_columns(autocast: bool) -> None:
+    """Next turns prefilled over their own columns (causal within the new tokens, a left-padded
+    row whose padding queries see no own column) equal attention over prefix + own columns."""
+    g = torch.Generator().manual_seed(3)
+    B, H, KV, P, Q, N, D = 3, 6, 2, 5, 4, 11, 8
+    q = torch.randn(B, H, Q, D, generator=g) * 2
+    k, v = torch.randn(B, KV, P + Q, D, generator=g), torch.randn(B, KV, P + Q, D, generator=g)
+    kp, vp = torch.randn(1, KV, N, D, generator=g), torch.randn(1, KV, N, D, generator=g)
+    valid = torch.ones(B, P + Q, dtype=torch.bool)
+    valid[1, :2] = False  # a shorter past
+    valid[2, : P + 2] = False  # no past and two padded query positions
+    causal = torch.ones(Q, P + Q, dtype=torch.bool).tril(P)
+    own_B1QL = (valid[:, None, :] & causal[None])[:, None]
+    module = types.SimpleNamespace(num_key_value_groups=H // KV, is_causal=True, layer_idx=0)
+    prefix = SharedPrefix.from_kv(list(range(N)), [(kp, vp)], version=0)
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with ctx, cascade_step(prefix, None):
+        ours, _ = _cascade_attention(module, q, k, v, own_B1QL, scaling=0.3)
+    K = torch.cat([kp.expand(B, -1, -1, -1), k], 2).double().repeat_interleave(H // KV, 1)
+    V = torch.cat([vp.expand(B, -1, -1, -1), v], 2).double().repeat_interleave(H // KV, 1)
+    keep = torch.cat([torch.ones(B, 1, Q, N, dtype=torch.bool), own_B1QL], -1)
+    scores = (q.double() @ K.transpose(-1, -2) * 0.3).masked_fill(~keep, float("-inf"))
+    exact = (torch.softmax(scores, -1) @ V).transpose(1, 2)
+    assert ours.shape == (B, Q, H, D) and bool(torch.isfinite(ours).all())
+    # bf16: the query, keys and values rounded to bf16 as autocast gives SDPA
+    torch.testing.assert_close(ours.double(), exact, atol=3e-2 if autocast else 1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("autocast", [False, True])
@@ -160,8 +188,8 @@ def _three_turns(policy: HFPolicy, tok, prompts: list[list[int]]) -> list:
 
 def test_engine_with_cascade_samples_what_it_samples_without() -> None:
     """Rows under one system prompt (two groups, then their next turns from stored KV, the
-    prefix put back in front of what a row held itself) and a row without it, in the same
-    batches."""
+    prefix put back in front of what a row held itself, prefilled over their own columns with
+    the prefix read once) and a row without it, in the same batches."""
     model, tok = tiny_random_model()
     prompts = [tok.encode(_SYSTEM + f"User: {q}\nAssistant:") for q in ("what is 17 + 25?", "hi")]
     prompts.append(tok.encode("No system prompt here."))
@@ -178,6 +206,8 @@ def test_engine_with_cascade_samples_what_it_samples_without() -> None:
         on.close()
         off.close()
     assert s_on.cascade_rows_decoded > 0 and s_off.cascade_rows_decoded == 0
+    # the next turns ran over their own columns, the prefix read from its one copy
+    assert s_on.cascade_prefill_rows > 0 and s_off.cascade_prefill_rows == 0
     assert s_on.cascade_columns_saved >= 2 * len(tok.encode(_SYSTEM))
     # the next turns found the whole of their last turn's KV, prefix included
     assert s_on.reused_tokens == s_off.reused_tokens

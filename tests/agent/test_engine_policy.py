@@ -189,9 +189,9 @@ def test_next_turns_of_different_episodes_prefill_as_one_batch(tiny, tokenizer):
         calls = []
         real = engine.engine._run_prefill
 
-        def spy(rows, tails, pasts):
+        def spy(rows, tails, pasts, over_shared=False):
             calls.append((len(rows), len(pasts)))
-            return real(rows, tails, pasts)
+            return real(rows, tails, pasts, over_shared)
 
         engine.engine._run_prefill = spy
         before = engine.engine_stats()
@@ -451,3 +451,20 @@ def test_a_prefix_stored_by_one_newcomer_cannot_evict_what_another_was_promised(
     finally:
         engine.close()
         reference.close()
+
+
+def test_next_turn_batches_split_where_padding_costs_more_than_a_pass():
+    from skyrl_agent.policies._engine import _PASS_COST_POSITIONS, _split_by_length
+
+    lengths = [17, 110, 25, 90, 17, 100, 76, 26]
+    parts = _split_by_length(list(range(8)), lengths)
+    assert sorted(i for p in parts for i in p) == list(range(8))  # every row, once
+    assert [sorted(lengths[i] for i in p) for p in parts] == [[17, 17, 25, 26], [76, 90, 100, 110]]
+
+    def cost(ps: list[list[int]]) -> int:
+        return sum(_PASS_COST_POSITIONS + len(p) * max(lengths[i] for i in p) for p in ps)
+
+    assert cost(parts) < cost([list(range(8))])  # 4 * 26 + 4 * 110 + 2 passes < 8 * 110 + 1
+    # similar lengths stay one batch; nothing and one row pass through
+    assert _split_by_length(list("abc"), [76, 78, 80]) == [list("abc")]
+    assert _split_by_length([], []) == [] and _split_by_length(["x"], [5]) == [["x"]]

@@ -201,15 +201,15 @@ def test_non_default_loss_flags_reach_the_loss_calls(monkeypatch):
 
 
 def test_sampler_cascade_flag_reaches_the_engine() -> None:
-    """``--sampler-cascade-min-tokens`` turns cascade decode on in the trainer's sampler (its
-    bf16 copy under autocast); the default leaves it off."""
+    """``--sampler-cascade-min-tokens`` sets cascade decode in the trainer's sampler (its bf16
+    copy under autocast): on at 64 by default, 0 turns it off."""
     from skyrl_agent.models import tiny_random_model
     from trainers.distributed import DistContext
     from trainers.models import _sampler
 
     model, tok = tiny_random_model()
-    on_cfg, _ = parse("--sampler-cascade-min-tokens 64 --bf16".split())
-    off_cfg, _ = parse(["--bf16"])
+    on_cfg, _ = parse(["--bf16"])
+    off_cfg, _ = parse("--sampler-cascade-min-tokens 0 --bf16".split())
     on, off = _sampler(on_cfg, model, tok, DistContext()), _sampler(off_cfg, model, tok, DistContext())
     try:
         assert on.engine is not None and off.engine is not None
