@@ -785,29 +785,37 @@ class InferenceEngine:
             self._prefill_isolated(fresh, [r.prompt for r in fresh], [])
         # Next turns of episodes under the shared prefix run over their pasts without it, which
         # the attention reads once for all of them (_cascade._prefill_over_prefix); the others
-        # over their whole pasts. Entries: (row, tokens of its prompt the past covers, past).
-        singles: list[tuple[_Row, int, _Past]] = []
-        cascaded: list[tuple[_Row, int, _Past]] = []
+        # over their whole pasts. The cascaded ones run first: a plain prefill may offer a new
+        # shared prefix (_offer_shared), which it may take only while no running row reads the
+        # current one. Entries: (row, tokens of its prompt the past covers, past).
+        N = len(self._shared.ids) if self._shared is not None else 0
+        batches: dict[bool, list[tuple[_Row, int, _Past]]] = {True: [], False: []}
+        groups: dict[bool, list[tuple[list[_Row], int, _Past]]] = {True: [], False: []}
         for members, n, kv in hits:
             own = self._after_shared(members[0], n, kv)
-            tails = [r.prompt[n:] for r in members]
+            past = (n, kv) if own is None else own
             if len(members) > 1:  # one past for all: it runs once, repeated
-                if own is not None:
-                    self._stats.cascade_prefill_rows += len(members)
-                past = (n, kv) if own is None else own
-                self._prefill_isolated(members, tails, [past] * len(members), over_shared=own is not None)
-            elif own is None:
-                singles.append((members[0], n, (n, kv)))
+                groups[own is not None].append((members, n, past))
             else:
-                cascaded.append((members[0], n, own))
-        for batch, over in ((cascaded, True), (singles, False)):
+                batches[own is not None].append((members[0], n, past))
+        for over in (True, False):
             if over:
-                self._stats.cascade_prefill_rows += len(batch)
+                self._stats.cascade_prefill_rows += len(batches[True]) + sum(
+                    len(m) for m, _, _ in groups[True]
+                )
+            for members, n, past in groups[over]:
+                self._prefill_isolated(
+                    members, [r.prompt[n:] for r in members], [past] * len(members), N * over
+                )
             # next turns of different episodes: batches over their padded pasts, split where the
             # padding of short tails to the longest would cost more than another pass
+            batch = batches[over]
             for part in _split_by_length(batch, [len(r.prompt) - n for r, n, _ in batch]):
                 self._prefill_isolated(
-                    [r for r, _, _ in part], [r.prompt[n:] for r, n, _ in part], [p for _, _, p in part], over
+                    [r for r, _, _ in part],
+                    [r.prompt[n:] for r, n, _ in part],
+                    [p for _, _, p in part],
+                    N * over,
                 )
 
     def _after_shared(self, row: _Row, n: int, kv: _KV) -> _Past | None:
@@ -866,7 +874,7 @@ class InferenceEngine:
         rows: list[_Row],
         tails: list[list[int]],
         pasts: list[_Past],
-        over_shared: bool = False,
+        over_shared: int = 0,
     ) -> None:
         """:meth:`_run_prefill`; when a group fails, each row runs alone on its whole prompt, so
         only the row at fault gets the error (the running rows are not touched by a prefill)."""
@@ -918,15 +926,15 @@ class InferenceEngine:
         rows: list[_Row],
         tails: list[list[int]],
         pasts: list[_Past],
-        over_shared: bool = False,
+        over_shared: int = 0,
     ) -> None:
         """Run ``tails`` (each row's prompt after the tokens whose KV its entry of ``pasts``
         holds; ``pasts`` empty for fresh rows) as one left-padded batch. Rows that continue one
         past: the longest prefix their tails share is run once and its KV repeated (a GRPO
         group's samples share their whole prompt) and stored, so later prompts that start the
-        same way (other questions under the same system prompt) reuse it. ``over_shared``: the
-        pasts are the columns after the shared prefix (every row's prompt starts with all of it),
-        which the attention reads from its single copy."""
+        same way (other questions under the same system prompt) reuse it. ``over_shared`` (N > 0):
+        the pasts are the columns after the shared prefix of N tokens (every row's prompt starts
+        with all of it), which the attention reads from its single copy."""
         B, dev = len(rows), self.device
         cache, past_len, past_valid = self._past_cache(pasts) if pasts else (None, 0, None)
         # identical tails on one past (the samples of a group) run once; their rows share the KV
@@ -936,8 +944,9 @@ class InferenceEngine:
         run = [list(t) for t in unique] if dedupe else tails
         offset, over = 0, contextlib.nullcontext()
         if over_shared:
-            assert self._shared is not None
-            offset, over = len(self._shared.ids), cascade_step(self._shared, None)
+            if self._shared is None or len(self._shared.ids) != over_shared:  # the rows retry alone
+                raise RuntimeError("the shared prefix changed before a prefill over it")
+            offset, over = over_shared, cascade_step(self._shared, None)
         with over:
             cache, logits_BV, attn_BT, _, shared = prefill(
                 self._run,
@@ -959,6 +968,7 @@ class InferenceEngine:
         self._stats.prefills += 1
         # the columns every row has in common, stored for prompts that start the same way
         common = past_len + (shared or (len(run[0]) if B > 1 and len(run) == 1 else 0))
+        # (not over the shared prefix: that KV lacks the prefix's columns)
         if common > past_len and not over_shared and (self.config.prefix_cache_bytes or self._cascade_on):
             common_kv = [
                 (lay.keys[:1, :, :common].clone(), lay.values[:1, :, :common].clone()) for lay in cache.layers
@@ -984,9 +994,8 @@ class InferenceEngine:
             valid = valid.index_select(0, torch.as_tensor(keep, device=dev))
         shared = self._shared
         if over_shared:  # their columns are already the ones after the prefix
-            assert shared is not None
             for j in keep:
-                rows[j].shared_n = len(shared.ids)
+                rows[j].shared_n = over_shared
         elif shared is not None:
             for j in keep:
                 r = rows[j]

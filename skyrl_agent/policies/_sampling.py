@@ -26,8 +26,17 @@ def sample_rows(
     """
     logits_BV = logits_BV.float()
     raw_logprobs_BV = torch.log_softmax(logits_BV, dim=-1)
+    plain = [
+        i for i, p in enumerate(params) if p.temperature >= GREEDY_BELOW and not p.top_k and p.top_p >= 1.0
+    ]
+    drawn = _draw_plain(
+        logits_BV, [params[i].temperature for i in plain], [generators[i] for i in plain], plain
+    )
     tokens = []
     for i, p in enumerate(params):
+        if i in drawn:
+            tokens.append(drawn[i])
+            continue
         row_V = logits_BV[i]
         if p.temperature < GREEDY_BELOW:
             tokens.append(int(torch.argmax(row_V)))
@@ -47,6 +56,32 @@ def sample_rows(
         tokens.append(draw(probs_V, generators[i]))
     tokens_B = torch.tensor(tokens, dtype=torch.long, device=logits_BV.device)
     return tokens_B, raw_logprobs_BV.gather(1, tokens_B[:, None])[:, 0]
+
+
+def _draw_plain(
+    logits_BV: torch.Tensor, temperatures: list[float], generators: list[torch.Generator], rows: list[int]
+) -> dict[int, int]:
+    """The rows without top-k or top-p (the training and evaluation samplers' rows) drawn
+    together: the same numbers as :func:`draw` on each row's tempered softmax (the kernels
+    reduce each row on its own; ``tests/agent/test_sampling.py`` checks the tokens), one
+    uniform from each row's generator, one ``searchsorted`` for all. Returns ``{row: token}``."""
+    if len(rows) < 2:
+        return {}
+    idx = torch.as_tensor(rows, device=logits_BV.device)
+    sub_BV = logits_BV.index_select(0, idx)
+    # the same division as a row's ``row_V / temperature`` (a float32 row by a Python float)
+    probs_BV = torch.softmax(torch.stack([sub_BV[j] / t for j, t in enumerate(temperatures)]), dim=-1)
+    cum_BV = torch.cumsum(probs_BV, dim=-1)
+    u_B = torch.stack(
+        [torch.rand((), generator=g, device=cum_BV.device, dtype=cum_BV.dtype) for g in generators]
+    )
+    picks = torch.searchsorted(cum_BV, (u_B * cum_BV[:, -1])[:, None], right=True)[:, 0].tolist()
+    out = {}
+    for j, (row, pick) in enumerate(zip(rows, picks, strict=True)):
+        if pick >= cum_BV.shape[-1]:  # u * total rounded up to total: the last token of positive weight
+            pick = int((probs_BV[j] > 0).nonzero()[-1])
+        out[row] = pick
+    return out
 
 
 def draw(probs_V: torch.Tensor, generator: torch.Generator) -> int:

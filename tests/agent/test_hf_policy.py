@@ -211,3 +211,35 @@ def test_the_inverse_cdf_draw_follows_the_weights_and_skips_zero_weights():
     se = (weights * (1 - weights) / n).sqrt()  # binomial standard error of each frequency
     assert ((freq - weights).abs() <= 4 * se + 1e-9).all(), freq
     assert draw(torch.tensor([0.0, 0.0, 1.0]), g) == 2
+
+
+def test_rows_drawn_together_equal_rows_drawn_one_by_one():
+    """``sample_rows`` draws its plain rows (no top-k or top-p) in one batch: the same tokens as
+    each row's tempered softmax through :func:`draw` with its own generator, whatever the mix."""
+    from skyrl_agent.policies._sampling import draw, sample_rows
+    from skyrl_agent.types import SamplingParams
+
+    logits = torch.randn(7, 5000, generator=torch.Generator().manual_seed(0)) * 4
+    logits[3, 10:] = -float("inf")  # a row with a handful of possible tokens
+    params = [
+        SamplingParams(temperature=t, top_k=k, top_p=p)
+        for t, k, p in [
+            (0.8, 0, 1.0),
+            (1.0, 0, 1.0),
+            (0.0, 0, 1.0),
+            (1.3, 0, 1.0),
+            (0.7, 5, 1.0),
+            (0.8, 0, 0.9),
+            (0.5, 0, 1.0),
+        ]
+    ]
+    for seed in range(20):
+        gens = [torch.Generator().manual_seed(seed * 10 + i) for i in range(7)]
+        tokens, lps = sample_rows(logits, params, gens)
+        ref_gens = [torch.Generator().manual_seed(seed * 10 + i) for i in range(7)]
+        for i in (0, 1, 3, 6):  # the plain rows
+            want = draw(torch.softmax(logits[i] / params[i].temperature, dim=-1), ref_gens[i])
+            assert int(tokens[i]) == want
+        assert int(tokens[2]) == int(logits[2].argmax()) and int(tokens[3]) < 10
+        assert int(tokens[4]) in torch.topk(logits[4], 5).indices.tolist()
+        torch.testing.assert_close(lps, torch.log_softmax(logits, -1).gather(1, tokens[:, None])[:, 0])
