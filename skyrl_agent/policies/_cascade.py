@@ -210,14 +210,20 @@ def _prefill_over_prefix(
         q_BKMD = query.reshape(B, KV, G * Q, D)
         if key.dtype != query.dtype:
             key, value = key.to(query.dtype), value.to(query.dtype)
+        L = key.shape[2]
+        if attention_mask is None:  # no mask (SDPA's is_causal case): the queries are the last Q
+            attention_mask = (
+                torch.arange(L, device=query.device)[None, :]
+                <= torch.arange(L - Q, L, device=query.device)[:, None]
+            )[None, None]
         own_mask = None
         if attention_mask is not None:
-            mask_B1QL = attention_mask[:, :, :, : key.shape[2]]
+            mask_B1QL = attention_mask[:, :, :, :L]
             if mask_B1QL.dtype == torch.bool:
                 mask_B1QL = torch.zeros(mask_B1QL.shape, dtype=query.dtype, device=query.device).masked_fill(
                     ~mask_B1QL, float("-inf")
                 )
-            own_mask = mask_B1QL.to(query.dtype).repeat(1, 1, G, 1)
+            own_mask = mask_B1QL.to(query.dtype).expand(B, 1, Q, L).repeat(1, 1, G, 1)
         out_BKMD, lse_BKM = flash(q_BKMD, key, value, 0.0, False, attn_mask=own_mask, scale=scale)
         if own_mask is not None:  # the kernel gives a query with no column log-sum-exp 0, not -inf
             sees_B1M = (own_mask > torch.finfo(own_mask.dtype).min / 2).any(-1)

@@ -63,7 +63,7 @@ def _draw_plain(
 ) -> dict[int, int]:
     """The rows without top-k or top-p (the training and evaluation samplers' rows) drawn
     together: the same numbers as :func:`draw` on each row's tempered softmax (the kernels
-    reduce each row on its own; ``tests/agent/test_sampling.py`` checks the tokens), one
+    reduce each row on its own; ``tests/agent/test_hf_policy.py`` checks the tokens), one
     uniform from each row's generator, one ``searchsorted`` for all. Returns ``{row: token}``."""
     if len(rows) < 2:
         return {}

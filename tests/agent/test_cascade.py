@@ -132,6 +132,10 @@ def test_a_prefill_inside_a_step_attends_to_the_prefix_and_its_own_columns(autoc
     assert ours.shape == (B, Q, H, D) and bool(torch.isfinite(ours).all())
     # bf16: the query, keys and values rounded to bf16 as autocast gives SDPA
     torch.testing.assert_close(ours.double(), exact, atol=3e-2 if autocast else 1e-6, rtol=0)
+    # without a mask (SDPA's is_causal case) the own part is causal: row 0 as above
+    with ctx, cascade_step(prefix, None):
+        causal_only, _ = _cascade_attention(module, q[:1], k[:1], v[:1], None, scaling=0.3)
+    torch.testing.assert_close(causal_only.double(), exact[:1], atol=3e-2 if autocast else 1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("autocast", [False, True])
