@@ -134,28 +134,12 @@ def _cascade_attention(
     N, G, M = Kp_1KND.shape[2], H // KV, B * H // KV
     scale = scaling if scaling is not None else D**-0.5
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    if torch.is_autocast_enabled(query.device.type):
-        # what autocast does to SDPA's inputs: a float32 query (the rotary embedding's cos and
-        # sin are float32 when the hidden states are) would otherwise cast every row's own keys
-        # and values up, a copy per layer that made this slower than plain SDPA (2.2 against
-        # 1.8 ms a layer, 28 rows; 1.0 ms with the cast)
-        dt = torch.get_autocast_dtype(query.device.type)
-        query, key, value = query.to(dt), key.to(dt), value.to(dt)
+    query, key, value = _sdpa_inputs(query, key, value)
     with torch.autocast(query.device.type, enabled=False):
         # kv head k's query heads k * G .. k * G + G - 1 (transformers' repeat_kv order) become
         # G query positions over that head's keys: no repeated keys and values
         q_BKGD = query.reshape(B, KV, G, D)
-        if key.dtype != query.dtype:
-            key, value = key.to(query.dtype), value.to(query.dtype)
-        own_mask = None
-        if attention_mask is not None:
-            own_mask = attention_mask[:, :, :, :L]
-            if own_mask.dtype == torch.bool:
-                own_mask = torch.zeros(own_mask.shape, dtype=query.dtype, device=query.device).masked_fill(
-                    ~own_mask, float("-inf")
-                )
-            else:
-                own_mask = own_mask.to(query.dtype)
+        own_mask = None if attention_mask is None else _additive(attention_mask[:, :, :, :L], query.dtype)
         out_BKGD, lse_BKG = flash(q_BKGD, key, value, 0.0, False, attn_mask=own_mask, scale=scale)
         # every row's queries against the one copy of the prefix: one attention of M queries
         q_1KMD = q_BKGD.transpose(0, 1).reshape(1, KV, M, D).float()
@@ -176,6 +160,27 @@ def _cascade_attention(
             pre_BKGD = torch.where(reads_B11[..., None], pre_BKGD, 0.0)
         out = (out_BKGD.float() * w_own[..., None] + pre_BKGD * w_pre[..., None]) / (w_own + w_pre)[..., None]
     return out.to(query.dtype).reshape(B, H, 1, D).transpose(1, 2), None
+
+
+def _sdpa_inputs(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Query, keys and values as SDPA gets them: cast to the autocast dtype under autocast (a
+    float32 query, after the rotary embedding's float32 cos and sin, would otherwise cast every
+    row's keys and values up, a copy per layer that made cascade decode slower than plain SDPA:
+    2.2 against 1.8 ms a layer, 28 rows; 1.0 ms with the cast), else the keys and values in the
+    query's dtype."""
+    if torch.is_autocast_enabled(query.device.type):
+        dt = torch.get_autocast_dtype(query.device.type)
+        return query.to(dt), key.to(dt), value.to(dt)
+    return query, key.to(query.dtype), value.to(query.dtype)
+
+
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool (``True`` = attend) or additive attention mask as an additive one in ``dtype``."""
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+    return mask.to(dtype)
 
 
 def _prefill_over_prefix(
@@ -202,32 +207,21 @@ def _prefill_over_prefix(
     Kp_1KND, Vp_1KND = prefix.keys[layer], prefix.values[layer]
     scale = scaling if scaling is not None else D**-0.5
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    if torch.is_autocast_enabled(query.device.type):  # SDPA's inputs under autocast
-        dt = torch.get_autocast_dtype(query.device.type)
-        query, key, value = query.to(dt), key.to(dt), value.to(dt)
+    query, key, value = _sdpa_inputs(query, key, value)
     with torch.autocast(query.device.type, enabled=False):
         # query head k * G + g at position q becomes query g * Q + q of kv head k
         q_BKMD = query.reshape(B, KV, G * Q, D)
-        if key.dtype != query.dtype:
-            key, value = key.to(query.dtype), value.to(query.dtype)
         L = key.shape[2]
         if attention_mask is None:  # no mask (SDPA's is_causal case): the queries are the last Q
             attention_mask = (
                 torch.arange(L, device=query.device)[None, :]
                 <= torch.arange(L - Q, L, device=query.device)[:, None]
             )[None, None]
-        own_mask = None
-        if attention_mask is not None:
-            mask_B1QL = attention_mask[:, :, :, :L]
-            if mask_B1QL.dtype == torch.bool:
-                mask_B1QL = torch.zeros(mask_B1QL.shape, dtype=query.dtype, device=query.device).masked_fill(
-                    ~mask_B1QL, float("-inf")
-                )
-            own_mask = mask_B1QL.to(query.dtype).expand(B, 1, Q, L).repeat(1, 1, G, 1)
+        own_mask = _additive(attention_mask[:, :, :, :L], query.dtype).expand(B, 1, Q, L).repeat(1, 1, G, 1)
         out_BKMD, lse_BKM = flash(q_BKMD, key, value, 0.0, False, attn_mask=own_mask, scale=scale)
-        if own_mask is not None:  # the kernel gives a query with no column log-sum-exp 0, not -inf
-            sees_B1M = (own_mask > torch.finfo(own_mask.dtype).min / 2).any(-1)
-            lse_BKM = lse_BKM.masked_fill(~sees_B1M, float("-inf"))
+        # the kernel gives a query with no column log-sum-exp 0, not -inf
+        sees_B1M = (own_mask > torch.finfo(own_mask.dtype).min / 2).any(-1)
+        lse_BKM = lse_BKM.masked_fill(~sees_B1M, float("-inf"))
         q_1KnD = q_BKMD.transpose(0, 1).reshape(1, KV, B * G * Q, D).float()
         pre_1KnD, pre_lse_1Kn = flash(q_1KnD, Kp_1KND, Vp_1KND, 0.0, False, scale=scale)
         pre_BKMD = pre_1KnD.view(KV, B, G * Q, D).transpose(0, 1)
