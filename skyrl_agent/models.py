@@ -32,6 +32,7 @@ __all__ = [
     "output_cache",
     "pretrained_kwargs",
     "register_attention",
+    "sdpa_inputs",
     "switch_attention",
     "load_model_and_tokenizer",
     "load_tokenizer",
@@ -258,6 +259,20 @@ def plain_attention_call(
         and kwargs.get("s_aux") is None
         and (attention_mask is None or (attention_mask.dim() == 4 and attention_mask.shape[1] == 1))
     )
+
+
+def sdpa_inputs(query: Any, key: Any, value: Any) -> tuple[Any, Any, Any]:
+    """Query, keys and values as SDPA gets them, for attention functions that call torch's
+    kernels directly: cast to the autocast dtype under autocast (after the rotary embedding's
+    float32 cos and sin the query is float32; casting every row's keys and values up instead
+    made cascade decode slower than plain SDPA: 2.2 against 1.8 ms a layer, 28 rows; 1.0 ms with
+    the cast), else the keys and values in the query's dtype."""
+    import torch
+
+    if torch.is_autocast_enabled(query.device.type):
+        dt = torch.get_autocast_dtype(query.device.type)
+        return query.to(dt), key.to(dt), value.to(dt)
+    return query, key.to(query.dtype), value.to(query.dtype)
 
 
 def register_attention(name: str, fn: Callable[..., Any]) -> None:

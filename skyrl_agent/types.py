@@ -80,6 +80,9 @@ class SamplingParams:
     kept in the output (they were sampled, so they are trained on)."""
     stop_token_ids: tuple[int, ...] = ()
     """Extra token ids that end generation, besides the model's end-of-sequence tokens."""
+    ignore_eos: bool = False
+    """Generate past the model's end-of-sequence tokens: only ``max_tokens``, ``stop`` and
+    ``stop_token_ids`` end the generation (vLLM's ``ignore_eos``; the Tinker API's ``stop=[]``)."""
     seed: int | None = None
     """Seed for this request's random draws, in ``[SEED_MIN, SEED_MAX]``; None draws from the
     policy's own generator."""

@@ -224,6 +224,11 @@ class TrainConfig:
     """The sampler's ``EngineConfig.cascade_min_tokens``: above 0, rows under a shared prompt
     prefix of at least this many tokens read one copy of its KV in decode steps (CPU under bf16
     autocast; decision 0025). 0: off (every row reads its own copy)."""
+    sampler_max_rows: int = 64
+    """Most rows the sampler decodes at once (raised to ``prompts_per_step * group_size`` when
+    that is more): the evaluations' episodes share decode steps. The main job's evaluation (256
+    episodes, 2 cores, bf16): 72.9 s with 32 rows, 64.0 s with 64, 72.6 s with 128
+    (``bench/bench_generation.py --sections 1 --variants engine rows-64-cascade rows-128-cascade``)."""
     # ---------------------------------------------------------------- scale-out and overlap
     async_staleness: int = 0
     """0: synchronous (each batch sampled by the current weights). k >= 1: the next batches are
@@ -312,6 +317,8 @@ class TrainConfig:
             )
         if self.async_staleness < 0:
             raise ConfigError(f"async_staleness must be >= 0 (0: synchronous), got {self.async_staleness}")
+        if self.sampler_max_rows < 1:
+            raise ConfigError(f"sampler_max_rows must be >= 1, got {self.sampler_max_rows}")
         if self.sampler_cascade_min_tokens < 0:
             raise ConfigError(
                 f"sampler_cascade_min_tokens must be >= 0 (0: off; 64 turns it on), got {self.sampler_cascade_min_tokens}"

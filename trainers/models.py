@@ -153,7 +153,7 @@ def _sampler(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, dist: Dis
     """An ``HFPolicy`` over ``model``, seeded per rank, batching a whole step's episodes."""
     from skyrl_agent.policies.hf import EngineConfig, HFPolicy
 
-    rows = max(cfg.prompts_per_step * cfg.group_size, 32)
+    rows = max(cfg.prompts_per_step * cfg.group_size, cfg.sampler_max_rows)
     return HFPolicy(
         model,
         tokenizer,

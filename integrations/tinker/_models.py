@@ -8,7 +8,6 @@ snapshot's weights loaded (LoRA adapters merged in, so sampling pays nothing for
 from __future__ import annotations
 
 import copy
-import inspect
 import logging
 import threading
 import warnings
@@ -236,17 +235,6 @@ class Snapshot:
     """The ``tinker://`` path it came from, if any."""
 
 
-def _in_thread_kwargs() -> dict[str, Any]:
-    """HFPolicy's option to generate in the calling thread, where it has one. The Tinker worker
-    runs one job at a time, so a continuous-batching engine thread gains nothing there, and
-    generating on the worker itself keeps the job's limits (the forward hook) and ``stop=[]``
-    (which clears ``policy.eos_token_ids`` for one call) in force."""
-    return {"scheduler": "static"} if "scheduler" in inspect.signature(HFPolicy).parameters else {}
-
-
-_IN_THREAD = _in_thread_kwargs()
-
-
 class SamplerModels:
     """Sampling policies built from snapshots, the ``capacity`` most recently used kept."""
 
@@ -262,7 +250,9 @@ class SamplerModels:
             return self._cache[snap.key]
         base = self.base_models.get(snap.base_name)
         module = base.model if snap.weights is None else self._build(base, snap)
-        policy = HFPolicy(module, base.tokenizer, seed=self.config.seed, min_shared_prefix=16, **_IN_THREAD)
+        # the continuous-batching engine: its own thread decodes while the job's thread waits
+        # and checks the job's limits (integrations.tinker._ops._generate)
+        policy = HFPolicy(module, base.tokenizer, seed=self.config.seed, min_shared_prefix=16)
         self._cache[snap.key] = policy
         while len(self._cache) > self.config.sampler_cache_size:
             _, old = self._cache.popitem(last=False)

@@ -3,6 +3,7 @@ sampling. Each function runs on the worker thread and returns what the client re
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +27,7 @@ from integrations.tinker._wire import (
 from integrations.tinker.losses import LossInputs, check_loss_request, required_inputs, tinker_loss
 from integrations.tinker.types import TinkerRequestError, TinkerServerConfig
 from skyrl_agent.policies.hf import HFPolicy
-from skyrl_agent.types import GREEDY_BELOW, FinishReason, GenerateRequest, SamplingParams
+from skyrl_agent.types import GREEDY_BELOW, FinishReason, GenerateOutput, GenerateRequest, SamplingParams
 from skyrl_gym.errors import ConfigError
 from trainers.logprobs import token_logprobs_from_logits
 
@@ -355,7 +356,38 @@ def check_sample_request(body: SampleBody, config: TinkerServerConfig) -> None:
             )
 
 
-def sample(policy: HFPolicy, body: SampleBody, config: TinkerServerConfig) -> bytes:
+#: How often a sampling job waiting on the engine checks its limits (time, polls, session).
+_CHECK_EVERY_S = 0.05
+
+
+def _generate(
+    policy: HFPolicy, requests: list[GenerateRequest], checkpoint: Callable[[], None] | None
+) -> list[GenerateOutput]:
+    """``requests`` through the policy's engine (continuous batching, KV reused across calls that
+    extend an earlier prompt and its sample, the lean decode step), waiting in this thread and
+    calling ``checkpoint`` between waits: when it raises (the job's time limit, an abandoned
+    future, a closed session), the rows are dropped and its error goes up. A policy without the
+    engine generates here, its forwards checked by the model's hook."""
+    if policy.engine is None:
+        return policy.generate_sync(requests)
+    futures = policy.submit(requests)
+    try:
+        while concurrent.futures.wait(futures, timeout=_CHECK_EVERY_S).not_done:
+            if checkpoint is not None:
+                checkpoint()
+    except BaseException:
+        for fut in futures:
+            fut.cancel()
+        raise
+    return [fut.result() for fut in futures]
+
+
+def sample(
+    policy: HFPolicy,
+    body: SampleBody,
+    config: TinkerServerConfig,
+    checkpoint: Callable[[], None] | None = None,
+) -> bytes:
     """``num_samples`` continuations of the prompt (and its logprobs when asked); a ``SampleResponse``."""
     prompt = body.prompt.tokens()
     if not prompt:
@@ -373,22 +405,18 @@ def sample(policy: HFPolicy, body: SampleBody, config: TinkerServerConfig) -> by
     max_tokens = _max_new_tokens(params.max_tokens, len(prompt), context_length(policy.model), config)
     seed = params.seed
     requests = []
-    eos = True
     for i in range(body.num_samples):
         sample_seed = None if seed is None else (seed + i) % 2**64
         sp, eos = _sampling_params(params, max_tokens, vocab, sample_seed)
         if body.topk_sample_logprobs > 0:
             sp = dataclasses.replace(sp, top_logprobs=min(body.topk_sample_logprobs, vocab))
+        if not eos:  # stop=[]: nothing stops generation before max_tokens, not even end-of-sequence
+            sp = dataclasses.replace(sp, ignore_eos=True)
         requests.append(GenerateRequest(prompt_ids=list(prompt), sampling=sp))
-    saved_eos = policy.eos_token_ids
-    if not eos:  # stop=[]: nothing stops generation before max_tokens, not even end-of-sequence
-        policy.eos_token_ids = frozenset()
     try:
-        outs = policy.generate_sync(requests)
+        outs = _generate(policy, requests, checkpoint)
     except ConfigError as exc:  # the policy's own checks of a request: the request is at fault
         raise TinkerRequestError(f"invalid sampling request: {exc}") from None
-    finally:
-        policy.eos_token_ids = saved_eos
     n_top = min(body.topk_sample_logprobs, vocab)
     sequences = [
         EncodedSequence(

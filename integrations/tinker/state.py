@@ -713,7 +713,7 @@ class ServerState:
         def job() -> Outcome:
             policy = self.samplers.policy(snap)  # may load and build a model: not timed
             self.scheduler.restart_clock()
-            return _ops.sample(policy, body, config)
+            return _ops.sample(policy, body, config, self.scheduler.checkpoint)
 
         def alive() -> bool:  # a sampling session lives as long as its client's session
             if session_id is None:

@@ -1106,7 +1106,7 @@ class InferenceEngine:
                 row.finish = FinishReason.ABORT
             elif row.deadline is not None and now > row.deadline:
                 row.finish = FinishReason.ABORT
-            elif tok in self.eos_token_ids or tok in p.stop_token_ids:
+            elif (tok in self.eos_token_ids and not p.ignore_eos) or tok in p.stop_token_ids:
                 row.finish, row.matched = FinishReason.STOP, tok
             elif p.stop and (hit := find_stop(self.tokenizer, row.new_ids, p.stop)) is not None:
                 row.finish, row.matched = FinishReason.STOP, hit
@@ -1124,7 +1124,7 @@ class InferenceEngine:
             _resolve(row.future, exc=TimeoutError("the generation ran past its deadline"))
             return
         ids, p = row.new_ids, row.params
-        text_ids = ids[:-1] if ids and ids[-1] in self.eos_token_ids else ids
+        text_ids = ids[:-1] if ids and ids[-1] in self.eos_token_ids and not p.ignore_eos else ids
         _resolve(
             row.future,
             GenerateOutput(

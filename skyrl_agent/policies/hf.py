@@ -257,6 +257,18 @@ class HFPolicy:
             raise ConfigError(f"max_tokens must be >= 1, got {req.sampling.max_tokens}")
 
     # ------------------------------------------------------------------ sync API
+    def submit(self, requests: Sequence[GenerateRequest]) -> list[concurrent.futures.Future]:
+        """Queue ``requests`` on the engine from any thread and return at once: one future each
+        (a :class:`GenerateOutput`). Cancelling a future drops its row at the engine's next step,
+        so a caller that waits can give up (a deadline, a client gone) without blocking others.
+        A bad request raises :class:`ConfigError` before any is queued. Needs the engine
+        (``scheduler="continuous"``)."""
+        if self.engine is None:
+            raise ConfigError("HFPolicy.submit needs the engine (scheduler='continuous'); use generate_sync")
+        for r in requests:
+            self._check(r)
+        return self.engine.submit_many(requests)
+
     def generate_sync(self, requests: Sequence[GenerateRequest]) -> list[GenerateOutput]:
         """Generate for ``requests`` in the calling thread (in chunks of ``max_batch_size``)."""
         for r in requests:
@@ -312,7 +324,7 @@ class HFPolicy:
                 if want_top and p.top_logprobs:
                     k = p.top_logprobs
                     new_tops[i].append(list(zip(top_ids_l[j][:k], top_vals_l[j][:k], strict=True)))
-                if tok in self.eos_token_ids or tok in stop_ids[i]:
+                if (tok in self.eos_token_ids and not p.ignore_eos) or tok in stop_ids[i]:
                     finish[i], matched[i] = FinishReason.STOP, tok
                 elif p.stop and (hit := find_stop(self.tokenizer, new_ids[i], p.stop)) is not None:
                     finish[i], matched[i] = FinishReason.STOP, hit
@@ -342,7 +354,7 @@ class HFPolicy:
         results = []
         for i in range(B):
             ids = new_ids[i]
-            text_ids = ids[:-1] if ids and ids[-1] in self.eos_token_ids else ids
+            text_ids = ids[:-1] if ids and ids[-1] in self.eos_token_ids and not params[i].ignore_eos else ids
             results.append(
                 GenerateOutput(
                     token_ids=ids,

@@ -103,6 +103,8 @@ class OpenAICompatPolicy:
             body["stop"] = list(sp.stop)
         if sp.stop_token_ids:
             body["stop_token_ids"] = list(sp.stop_token_ids)
+        if sp.ignore_eos:
+            body["ignore_eos"] = True  # vLLM/SGLang
         if sp.seed is not None:
             body["seed"] = sp.seed
         return {k: v for k, v in body.items() if v is not None}

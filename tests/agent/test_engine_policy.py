@@ -468,3 +468,39 @@ def test_next_turn_batches_split_where_padding_costs_more_than_a_pass():
     # similar lengths stay one batch; nothing and one row pass through
     assert _split_by_length(list("abc"), [76, 78, 80]) == [list("abc")]
     assert _split_by_length([], []) == [] and _split_by_length(["x"], [5]) == [["x"]]
+
+
+@pytest.mark.parametrize("scheduler", ["continuous", "static"])
+def test_ignore_eos_generates_past_end_of_sequence(tiny, tokenizer, scheduler):
+    """A token the model ends on stops a generation, unless the request sets ``ignore_eos``:
+    then only ``max_tokens`` ends it, with the same tokens as without that end token. And
+    ``HFPolicy.submit`` hands back futures the caller waits on (the engine only)."""
+    import copy
+
+    model, tok = tiny
+    prompt = tokenizer.encode("Tell me a long story about the sea")
+    params = SamplingParams(temperature=1.0, seed=5, max_tokens=8)  # seeded: the same draws again
+    free = HFPolicy(model, tok, seed=0, scheduler=scheduler)
+    try:
+        [plain] = free.generate_sync([GenerateRequest(prompt, params)])
+    finally:
+        free.close()
+    ids = plain.token_ids
+    assert len(ids) == 8
+    # the first token not drawn before it becomes the end-of-sequence token
+    end = next(i for i in range(1, 8) if ids[i] not in ids[:i])
+    ender = copy.deepcopy(model)
+    ender.generation_config.eos_token_id = ids[end]
+    policy = HFPolicy(ender, tok, seed=0, scheduler=scheduler)
+    try:
+        reqs = [GenerateRequest(prompt, params), GenerateRequest(prompt, params.replace(ignore_eos=True))]
+        if scheduler == "continuous":
+            stopped, ignored = [f.result(timeout=60) for f in policy.submit(reqs)]
+        else:
+            with pytest.raises(ConfigError, match="needs the engine"):
+                policy.submit(reqs)
+            stopped, ignored = policy.generate_sync(reqs)
+    finally:
+        policy.close()
+    assert stopped.token_ids == ids[: end + 1] and stopped.finish_reason == "stop"
+    assert ignored.token_ids == ids and ignored.finish_reason == "length"

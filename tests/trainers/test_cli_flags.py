@@ -51,6 +51,7 @@ def test_flags_map_onto_fields():
     [
         {"async_staleness": -1},
         {"sampler_cascade_min_tokens": -1},
+        {"sampler_max_rows": 0},
         {"gae_lambda": 1.5},
         {"value_clip": -0.1},
         {"lora_target_modules": "q_proj"},
@@ -202,24 +203,22 @@ def test_non_default_loss_flags_reach_the_loss_calls(monkeypatch):
 
 def test_sampler_cascade_flag_reaches_the_engine() -> None:
     """``--sampler-cascade-min-tokens`` sets cascade decode in the trainer's sampler (its bf16
-    copy under autocast): on at 64 by default, 0 turns it off."""
+    copy under autocast): on at 64 by default, 0 turns it off. ``--sampler-max-rows`` bounds its
+    batch, never below one step's episodes."""
     from skyrl_agent.models import tiny_random_model
     from trainers.distributed import DistContext
     from trainers.models import _sampler
 
     model, tok = tiny_random_model()
     on_cfg, _ = parse(["--bf16"])
-    off_cfg, _ = parse("--sampler-cascade-min-tokens 0 --bf16".split())
+    off_cfg, _ = parse("--sampler-cascade-min-tokens 0 --bf16 --sampler-max-rows 8".split())
     on, off = _sampler(on_cfg, model, tok, DistContext()), _sampler(off_cfg, model, tok, DistContext())
     try:
         assert on.engine is not None and off.engine is not None
         assert on.engine.config.cascade_min_tokens == 64 and on.engine._cascade_on
         assert off.engine.config.cascade_min_tokens == 0 and not off.engine._cascade_on
-        assert (
-            on.engine.config.max_rows
-            == off.engine.config.max_rows
-            == max(on_cfg.prompts_per_step * on_cfg.group_size, 32)
-        )
+        assert on.engine.config.max_rows == 64
+        assert off.engine.config.max_rows == off_cfg.prompts_per_step * off_cfg.group_size == 32
     finally:
         on.close()
         off.close()

@@ -92,7 +92,14 @@ def _run(model, batch, fused, **kw):
 
 @pytest.mark.parametrize("prefix", [False, True])
 @pytest.mark.parametrize("entropy_grad", [False, True])
-def test_fused_head_equals_full_logits(vocab_model, prefix, entropy_grad):
+@pytest.mark.parametrize("keep_logits", [True, False])
+def test_fused_head_equals_full_logits(vocab_model, prefix, entropy_grad, keep_logits, monkeypatch):
+    """Against the full-logits path, with the logits kept for the backward (small batches) and
+    recomputed there (past ``KEEP_LOGITS_BYTES``)."""
+    import trainers.logprobs
+
+    if not keep_logits:
+        monkeypatch.setattr(trainers.logprobs, "KEEP_LOGITS_BYTES", 0)
     batch = _batch_for(vocab_model)
     P = shared_prefix_len(batch.input_ids_BT, batch.mask_BT) if prefix else 0
     assert not prefix or P == 6
@@ -103,6 +110,19 @@ def test_fused_head_equals_full_logits(vocab_model, prefix, entropy_grad):
     assert g.keys() == g_ref.keys()
     for name in g_ref:
         assert torch.allclose(g[name], g_ref[name], atol=1e-6, rtol=1e-4), name
+
+
+def test_kept_logits_give_the_recomputed_gradients_under_bf16(vocab_model, monkeypatch):
+    """Keeping the head's bf16 logits for the backward changes no bit of the gradients: they are
+    the same matmul's output the backward would compute again."""
+    import trainers.logprobs
+
+    batch = _batch_for(vocab_model)
+    _, _, kept = _run(vocab_model, batch, True, bf16=True)
+    monkeypatch.setattr(trainers.logprobs, "KEEP_LOGITS_BYTES", 0)
+    _, _, again = _run(vocab_model, batch, True, bf16=True)
+    assert kept.keys() == again.keys()
+    assert all(torch.equal(kept[n], again[n]) for n in kept)
 
 
 def test_fused_head_under_bf16_stays_close(vocab_model):

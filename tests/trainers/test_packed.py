@@ -46,13 +46,18 @@ def _logprobs_and_grads(model, ids_BT, attn_BT, mask_BT, prefix_len, bf16=False)
     return out.logprobs_BT * mask_BT, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("block_tokens", [0, 20, 1024])
-def test_packed_equals_padded_and_unshared(block_tokens, monkeypatch):
+@pytest.mark.parametrize(("block_tokens", "split"), [(0, False), (20, False), (1024, False), (1024, True)])
+def test_packed_equals_padded_and_unshared(block_tokens, split, monkeypatch):
     """Suffixes of 16, 2, 10, 0 and 23 tokens: one attention call each (0), blocks [16, 2],
-    [10], [23] (20), one block over the whole packed row (1024)."""
+    [10], [23] (20), one block over the whole packed row (1024); or (split, CPU's default) the
+    prefix attended apart from each suffix's own columns."""
     import trainers._packed
 
     monkeypatch.setattr(trainers._packed, "BLOCK_TOKENS", block_tokens)
+    monkeypatch.setattr(trainers._packed, "SPLIT_PREFIX", split)
+    calls = []
+    apply = trainers._packed._PrefixThenOwn.apply
+    monkeypatch.setattr(trainers._packed._PrefixThenOwn, "apply", lambda *a: calls.append(1) or apply(*a))
     ids_BT, attn_BT, mask_BT = _batch()
     P = shared_prefix_len(ids_BT, mask_BT)
     assert P == 7
@@ -63,6 +68,7 @@ def test_packed_equals_padded_and_unshared(block_tokens, monkeypatch):
         assert (
             model.config._attn_implementation == {"plain": "sdpa", "padded": "eager", "packed": PACKED}[name]
         )
+    assert bool(calls) == split  # the packed forward took the path under test
     lp0, g0 = results["plain"]
     assert lp0.abs().sum() > 0
     for name in ("padded", "packed"):
@@ -122,3 +128,48 @@ def test_equal_and_two_row_batches(lengths):
     lp_pack, g_pack = _logprobs_and_grads(_lm("sdpa"), ids_BT, attn_BT, mask_BT, P)
     assert torch.allclose(lp_pack, lp_plain, atol=1e-5)
     assert all(torch.allclose(g_pack[k], g_plain[k], atol=1e-6, rtol=1e-4) for k in g_plain)
+
+
+def test_own_batches_group_similar_lengths():
+    """Suffixes sorted longest first, padded into one batch while at least OWN_BATCH_FILL of the
+    longest; a padding slot repeats its suffix's last position and is not kept."""
+    import trainers._packed
+
+    seg = Segments.of(3, [4, 0, 10, 9, 2, 3], torch.device("cpu"))
+    # packed starts: 0 (4 tokens), 4 (10), 14 (9), 23 (2), 25 (3)
+    assert [tuple(b.index_NM.shape) for b in seg.own] == [(2, 10), (2, 4), (1, 2)]
+    first, second, third = seg.own
+    assert first.index_NM[1].tolist() == list(range(14, 23)) + [22]  # the 9-token suffix, padded
+    assert first.pos_K.tolist() == list(range(4, 14)) + list(range(14, 23))
+    assert second.index_NM.tolist() == [[0, 1, 2, 3], [25, 26, 27, 27]]
+    assert second.pos_K.tolist() == [0, 1, 2, 3, 25, 26, 27]
+    assert third.pos_K.tolist() == [23, 24]
+    covered = sorted(p for b in seg.own for p in b.pos_K.tolist())
+    assert covered == list(range(28))  # every packed token in exactly one batch
+    assert trainers._packed.OWN_BATCH_FILL == 0.75
+
+
+@pytest.mark.parametrize("prefix", [0, 5])
+def test_split_attention_equals_masked_sdpa_with_gradients(prefix):
+    """_PrefixThenOwn against one masked SDPA call over all the columns (float32, grouped-query
+    heads): the same output and the same gradients for queries, keys and values."""
+    from trainers._packed import _PrefixThenOwn
+
+    torch.manual_seed(0)
+    lengths = [6, 1, 0, 9, 4]
+    seg = Segments.of(prefix, lengths, torch.device("cpu"), block_tokens=10_000)
+    S = sum(lengths)
+    q = torch.randn(1, 4, S, 8, requires_grad=True)
+    k = torch.randn(1, 2, prefix + S, 8, requires_grad=True)
+    v = torch.randn(1, 2, prefix + S, 8, requires_grad=True)
+    g = torch.randn(1, S, 4, 8)
+    (mask,) = seg.masks
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    ref_grads = torch.autograd.grad((ref.transpose(1, 2) * g).sum(), (q, k, v))
+    out = _PrefixThenOwn.apply(q, k, v, seg, 8**-0.5)
+    grads = torch.autograd.grad((out * g).sum(), (q, k, v))
+    assert out.shape == (1, S, 4, 8)
+    assert torch.allclose(out, ref.transpose(1, 2), atol=1e-5)
+    for a, b in zip(grads, ref_grads, strict=True):
+        assert b.abs().max() > 0
+        assert torch.allclose(a, b, atol=1e-5)

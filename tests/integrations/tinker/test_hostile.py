@@ -320,8 +320,9 @@ def test_a_billion_max_tokens_is_capped_and_later_requests_are_served(http, serv
 
 
 @pytest.fixture(scope="module")
-def slow_server(tmp_path_factory):
-    """Long generations (up to the tiny model's context), stopped by the limits under test."""
+def slow(tmp_path_factory):
+    """Long generations (up to the tiny model's context), stopped by the limits under test: the
+    server and a client."""
     config = TinkerServerConfig(
         checkpoint_dir=str(tmp_path_factory.mktemp("slow-ckpt")),
         long_poll_s=1.0,
@@ -331,7 +332,28 @@ def slow_server(tmp_path_factory):
     )
     with TinkerServer(config) as srv, httpx.Client(base_url=srv.url, timeout=60) as client:
         _sampled(client, _sample(client, max_tokens=1))  # load the model before timing anything
-        yield client
+        yield srv, client
+
+
+@pytest.fixture(scope="module")
+def slow_server(slow):
+    return slow[1]
+
+
+def test_sampling_runs_on_the_engine_and_a_stopped_job_leaves_it(slow):
+    """The sampler is the continuous-batching engine (its own thread); a job stopped by its
+    time limit drops its row there, so the engine stops generating for it."""
+    srv, client = slow
+    rid = _sample(client, max_tokens=10**9, stop=[])
+    _future_error(client, rid, "sample_timeout_s", timeout_s=60)
+    [policy] = srv.state.samplers._cache.values()
+    assert policy.engine is not None
+    before = policy.engine_stats()
+    time.sleep(0.5)  # the engine drops a cancelled row at its next step
+    after = policy.engine_stats()
+    assert before.generated_tokens > 100  # the stopped request did run on the engine
+    assert after.generated_tokens == before.generated_tokens
+    _sampled(client, _sample(client, max_tokens=2), timeout_s=30)
 
 
 def test_a_sampling_request_past_its_deadline_is_stopped(slow_server):
