@@ -6,7 +6,7 @@ directory and ``--threads``), passes any further flags to every run, and prints 
 held-out success before and after, its seconds, and the mean over seeds. It needs no installed
 ``skyrl`` command (it builds the ``train`` verb from ``trainers.cli``), so it also runs from a
 bare checkout on a machine where only ``PYTHONPATH`` points at the project. Each run needs
-about 11 GB of memory at its peak (the main job on 2026-12-05, ``/usr/bin/time -v``): two side by
+11-12 GB of memory at its peak (the main job on 2026-12-05, ``/usr/bin/time -v``): two side by
 side on a 24 GB machine are at the edge (one was killed by the out-of-memory killer once).
 
     python bench/main_job_seeds.py --run-root /tmp/seeds --seeds 0 1 2 3 --threads 4 -- --device cuda

@@ -80,9 +80,6 @@ class SamplingParams:
     kept in the output (they were sampled, so they are trained on)."""
     stop_token_ids: tuple[int, ...] = ()
     """Extra token ids that end generation, besides the model's end-of-sequence tokens."""
-    ignore_eos: bool = False
-    """Generate past the model's end-of-sequence tokens: only ``max_tokens``, ``stop`` and
-    ``stop_token_ids`` end the generation (vLLM's ``ignore_eos``; the Tinker API's ``stop=[]``)."""
     seed: int | None = None
     """Seed for this request's random draws, in ``[SEED_MIN, SEED_MAX]``; None draws from the
     policy's own generator."""
@@ -92,6 +89,9 @@ class SamplingParams:
     """Also return, at each sampled position, this many most likely tokens with their raw
     (temperature 1) logprobs (OpenAI's ``top_logprobs``); 0 returns none. Policies that cannot
     give them leave :attr:`GenerateOutput.top_logprobs` None."""
+    ignore_eos: bool = False
+    """Generate past the model's end-of-sequence tokens: only ``max_tokens``, ``stop`` and
+    ``stop_token_ids`` end the generation (vLLM's ``ignore_eos``; the Tinker API's ``stop=[]``)."""
 
     def __post_init__(self) -> None:
         from skyrl_gym.errors import ConfigError

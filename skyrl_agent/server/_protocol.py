@@ -86,6 +86,10 @@ class _Request(BaseModel):
     top_k: int | None = Field(None, ge=-1, le=INT32_MAX, description="-1 or 0 turns the filter off.")
     stop: _Stop | Annotated[list[_Stop], Field(max_length=MAX_STOPS)] | None = None
     stop_token_ids: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] | None = Field(None, max_length=1024)
+    ignore_eos: bool | None = Field(
+        None,
+        description="vLLM's extension: generate past end-of-sequence tokens (max_tokens and stops still end it).",
+    )
     seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1], description="A signed 64-bit integer.")
     stream: bool | None = False
     stream_options: dict[str, Any] | None = None
@@ -222,6 +226,7 @@ def sampling_of(req: _Request, max_tokens: int, index: int, top_logprobs: int = 
             max_tokens=max_tokens,
             stop=tuple(s for s in stop if s),
             stop_token_ids=tuple(req.stop_token_ids or ()),
+            ignore_eos=bool(req.ignore_eos),
             seed=None if req.seed is None else req.seed + index,
             logprobs=True,  # always recorded for training, returned only when asked
             top_logprobs=top_logprobs,

@@ -172,6 +172,27 @@ def test_n_samples_come_from_one_batched_call(scripted_server):
     assert sorted(t.sample_index for t in trajs) == [0, 1, 2]
 
 
+def test_vllm_sampling_extensions_reach_the_policy(scripted_server):
+    """``ignore_eos`` and ``stop_token_ids`` (vLLM's request fields) become the policy's
+    ``SamplingParams``; a request without them gets the defaults."""
+    client = _client(scripted_server)
+    policy = scripted_server.policy
+    client.chat.completions.create(
+        model="scripted",
+        messages=USER,
+        max_tokens=8,
+        extra_body={"ignore_eos": True, "stop_token_ids": [7]},
+        extra_headers=_session("ext"),
+    )
+    sent = policy.requests[-1].sampling
+    assert sent.ignore_eos and sent.stop_token_ids == (7,)
+    client.chat.completions.create(
+        model="scripted", messages=USER, max_tokens=8, extra_headers=_session("ext2")
+    )
+    sent = policy.requests[-1].sampling
+    assert not sent.ignore_eos and sent.stop_token_ids == ()
+
+
 def test_n_samples_with_a_seed_differ_and_repeat(hf_server):
     client = _client(hf_server)
 
