@@ -84,7 +84,9 @@ def test_a_busy_batch_takes_newcomers_together_every_admit_every_steps(tiny, tok
         GenerateRequest(tokenizer.encode(t), GREEDY.replace(max_tokens=3)) for t in ("Hi", "Hello there")
     ]
     try:
-        longs = [policy.engine.submit(long_req) for _ in range(running)]
+        # queued together, so one step admits them all (one by one, the engine's thread could
+        # start on the first before the rest arrive, and the batch would not be busy yet)
+        longs = policy.engine.submit_many([long_req] * running)
         while policy.engine_stats().decode_steps < 2:
             time.sleep(0.001)
         before = policy.engine_stats()
