@@ -228,10 +228,7 @@ class HFPolicy:
                         fut.set_result(out)
 
     async def _submit(self, requests: Sequence[GenerateRequest]) -> list[GenerateOutput]:
-        assert self.engine is not None
-        for req in requests:  # a bad request fails the call before any is queued
-            self._check(req)
-        futures = self.engine.submit_many(requests)  # queued together: admitted together
+        futures = self.submit(requests)  # checked, then queued together: admitted together
         try:
             return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
         except asyncio.CancelledError:
