@@ -26,6 +26,7 @@ scores, with the kernel's unmasked and causal paths (one layer of a main-job ste
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,19 @@ class OwnBatch:
         keep_K = (at_M[None] < len_N1).flatten().nonzero().squeeze(1)
         return cls(index_NM, keep_K, index_NM.flatten()[keep_K])
 
+    def gather(self, x_XL: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """This batch's tokens of ``x`` (``X x L x ...``, packed order, ``offset`` positions
+        ahead of the packed row: the prefix, for keys and values) as ``N x X x M x ...``."""
+        N, M = self.index_NM.shape
+        at = self.index_NM.flatten() + offset
+        return x_XL[:, at].view(x_XL.shape[0], N, M, *x_XL.shape[2:]).transpose(0, 1).contiguous()
+
+    def packed(self, y_NXM: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`gather` for the real tokens: ``N x X x M x ...`` to ``X x K x ...``,
+        the ``K`` real tokens in the order of :attr:`pos_K` (padding slots left out)."""
+        X = y_NXM.shape[1]
+        return y_NXM.transpose(0, 1).reshape(X, -1, *y_NXM.shape[3:])[:, self.keep_K]
+
 
 @dataclass(frozen=True)
 class Segments:
@@ -96,9 +110,10 @@ class Segments:
     """Tokens of the shared prefix in the KV cache ahead of the packed row."""
     bounds: tuple[tuple[int, int], ...]
     """``(start, end)`` of each block of suffixes in the packed row."""
-    masks: tuple[torch.Tensor, ...]
-    """Each block's ``1 x 1 x L x (prefix + L)`` bool mask, True where attending: the whole
-    prefix, then causal within each suffix of the block and nothing across suffixes."""
+    blocks: tuple[tuple[int, ...], ...]
+    """The lengths of each block's suffixes, in packed order."""
+    device: torch.device
+    """Where the masks are built."""
     own: tuple[OwnBatch, ...] = ()
     """The suffixes in padded batches of similar length, for :class:`_PrefixThenOwn`."""
 
@@ -111,37 +126,46 @@ class Segments:
         longer; ``block_tokens=0`` gives each suffix its own block."""
         if block_tokens is None:
             block_tokens = BLOCK_TOKENS
+        real = [n for n in lengths if n > 0]
         groups: list[list[int]] = []
-        for n in lengths:
-            if n <= 0:
-                continue
+        for n in real:
             if groups and sum(groups[-1]) + n <= block_tokens:
                 groups[-1].append(n)
             else:
                 groups.append([n])
-        bounds, masks, start = [], [], 0
+        bounds, start = [], 0
+        for group in groups:
+            bounds.append((start, start + sum(group)))
+            start += sum(group)
         starts = [0]
-        for n in lengths:
-            if n > 0:
-                starts.append(starts[-1] + n)
-        spans = sorted(zip(starts[:-1], [n for n in lengths if n > 0], strict=True), key=lambda sn: -sn[1])
+        for n in real:
+            starts.append(starts[-1] + n)
+        spans = sorted(zip(starts[:-1], real, strict=True), key=lambda sn: -sn[1])
         own: list[OwnBatch] = []
         while spans:
             take = [sn for sn in spans if sn[1] >= OWN_BATCH_FILL * spans[0][1]]
             spans = spans[len(take) :]
             own.append(OwnBatch.of([a for a, _ in take], [n for _, n in take], device))
-        for group in groups:
+        return cls(prefix, tuple(bounds), tuple(tuple(g) for g in groups), device, tuple(own))
+
+    @functools.cached_property
+    def masks(self) -> tuple[torch.Tensor, ...]:
+        """Each block's ``1 x 1 x L x (prefix + L)`` bool mask, True where attending: the whole
+        prefix, then causal within each suffix of the block and nothing across suffixes. Built
+        on first use: the split path (:class:`_PrefixThenOwn`) never reads them."""
+        masks = []
+        for group in self.blocks:
             L = sum(group)
-            mask_LL = torch.zeros(L, L, dtype=torch.bool, device=device)
+            mask_LL = torch.zeros(L, L, dtype=torch.bool, device=self.device)
             at = 0
             for n in group:
-                mask_LL[at : at + n, at : at + n] = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+                mask_LL[at : at + n, at : at + n] = torch.ones(
+                    n, n, dtype=torch.bool, device=self.device
+                ).tril()
                 at += n
-            prefix_LP = torch.ones(L, prefix, dtype=torch.bool, device=device)
+            prefix_LP = torch.ones(L, self.prefix, dtype=torch.bool, device=self.device)
             masks.append(torch.cat([prefix_LP, mask_LL], dim=1)[None, None])
-            bounds.append((start, start + L))
-            start += L
-        return cls(prefix, tuple(bounds), tuple(masks), tuple(own))
+        return tuple(masks)
 
 
 class _PrefixThenOwn(torch.autograd.Function):
@@ -172,9 +196,11 @@ class _PrefixThenOwn(torch.autograd.Function):
         out_HSD = q_HSD.new_empty((H, S, D))
         lse_HS = torch.empty((H, S), dtype=torch.float32, device=q_HSD.device)
         for b in segments.own:
-            o_NHMD, lse_NHM = flash(*_own_inputs(b, P, q_HSD, k_KLD, v_KLD), 0.0, True, scale=scale)
-            out_HSD[:, b.pos_K] = o_NHMD.transpose(0, 1).reshape(H, -1, D)[:, b.keep_K]
-            lse_HS[:, b.pos_K] = lse_NHM.transpose(0, 1).reshape(H, -1)[:, b.keep_K].float()
+            o_NHMD, lse_NHM = flash(
+                b.gather(q_HSD), b.gather(k_KLD, P), b.gather(v_KLD, P), 0.0, True, scale=scale
+            )
+            out_HSD[:, b.pos_K] = b.packed(o_NHMD)
+            lse_HS[:, b.pos_K] = b.packed(lse_NHM).float()
         if P:
             q_1KnD = q_HSD.reshape(1, KV, H // KV * S, D)  # n = G * S queries per key/value head
             pre_1KnD, pre_lse_1Kn = flash(q_1KnD, k_1KLD[:, :, :P], v_1KLD[:, :, :P], 0.0, False, scale=scale)
@@ -221,41 +247,24 @@ class _PrefixThenOwn(torch.autograd.Function):
             dq_HSD = torch.zeros_like(q_HSD)
         for b in segments.own:
             N, M = b.index_NM.shape
-            idx = b.index_NM.flatten()
-            real_1K1 = torch.zeros(N * M, dtype=g_HSD.dtype, device=g_HSD.device)
-            real_1K1[b.keep_K] = 1
-            g_NHMD = (g_HSD[:, idx] * real_1K1[None, :, None]).view(H, N, M, D).transpose(0, 1)  # padding: 0
-            o_NHMD = out_HSD[:, idx].view(H, N, M, D).transpose(0, 1)
-            lse_NHM = lse_HS[:, idx].view(H, N, M).transpose(0, 1)
-            q_NHMD, k_NKMD, v_NKMD = _own_inputs(b, P, q_HSD, k_KLD, v_KLD)
+            real_N1M1 = torch.zeros(N * M, dtype=g_HSD.dtype, device=g_HSD.device)
+            real_N1M1[b.keep_K] = 1
+            real_N1M1 = real_N1M1.view(N, 1, M, 1)
             dq_NHMD, dk_NKMD, dv_NKMD = backward(
-                g_NHMD.contiguous(),
-                q_NHMD,
-                k_NKMD,
-                v_NKMD,
-                o_NHMD.contiguous(),
-                lse_NHM.contiguous(),
+                b.gather(g_HSD) * real_N1M1,  # no gradient from the padding slots
+                b.gather(q_HSD),
+                b.gather(k_KLD, P),
+                b.gather(v_KLD, P),
+                b.gather(out_HSD),
+                b.gather(lse_HS),
                 0.0,
                 True,
                 scale=scale,
             )
-            dq_HSD[:, b.pos_K] += dq_NHMD.transpose(0, 1).reshape(H, -1, D)[:, b.keep_K]
-            dk_KLD[:, P + b.pos_K] += dk_NKMD.transpose(0, 1).reshape(KV, -1, D)[:, b.keep_K]
-            dv_KLD[:, P + b.pos_K] += dv_NKMD.transpose(0, 1).reshape(KV, -1, D)[:, b.keep_K]
+            dq_HSD[:, b.pos_K] += b.packed(dq_NHMD)
+            dk_KLD[:, P + b.pos_K] += b.packed(dk_NKMD)
+            dv_KLD[:, P + b.pos_K] += b.packed(dv_NKMD)
         return dq_HSD[None], dk_KLD[None], dv_KLD[None], None, None
-
-
-def _own_inputs(
-    b: OwnBatch, P: int, q_HSD: torch.Tensor, k_KLD: torch.Tensor, v_KLD: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A batch's queries ``N x H x M x D`` and own keys and values ``N x KV x M x D``."""
-    N, M = b.index_NM.shape
-    idx = b.index_NM.flatten()
-
-    def gather(x_XLD: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
-        return x_XLD[:, at].view(x_XLD.shape[0], N, M, -1).transpose(0, 1).contiguous()
-
-    return gather(q_HSD, idx), gather(k_KLD, P + idx), gather(v_KLD, P + idx)
 
 
 def _packed_attention(

@@ -57,7 +57,7 @@ def test_packed_equals_padded_and_unshared(block_tokens, split, monkeypatch):
     monkeypatch.setattr(trainers._packed, "SPLIT_PREFIX", split)
     calls = []
     apply = trainers._packed._PrefixThenOwn.apply
-    monkeypatch.setattr(trainers._packed._PrefixThenOwn, "apply", lambda *a: calls.append(1) or apply(*a))
+    monkeypatch.setattr(trainers._packed._PrefixThenOwn, "apply", lambda *a: calls.append(a[3]) or apply(*a))
     ids_BT, attn_BT, mask_BT = _batch()
     P = shared_prefix_len(ids_BT, mask_BT)
     assert P == 7
@@ -69,6 +69,7 @@ def test_packed_equals_padded_and_unshared(block_tokens, split, monkeypatch):
             model.config._attn_implementation == {"plain": "sdpa", "padded": "eager", "packed": PACKED}[name]
         )
     assert bool(calls) == split  # the packed forward took the path under test
+    assert not any("masks" in segments.__dict__ for segments in calls)  # built only when read
     lp0, g0 = results["plain"]
     assert lp0.abs().sum() > 0
     for name in ("padded", "packed"):
