@@ -48,6 +48,9 @@ class TrainBatch:
     """The critic's values when the batch was scored (GAE; the value loss clips against them)."""
     returns_BT: torch.Tensor | None = None
     """The critic's targets (GAE: advantages plus old values)."""
+    loss_weight: float = 1.0
+    """The whole batch's loss is multiplied by this: its rows' share of what the loss's mean
+    counts when left-out equal-reward groups still count (``TrainConfig.count_flat_groups``)."""
 
     @property
     def num_tokens(self) -> int:
@@ -89,6 +92,7 @@ class TrainBatch:
             old_logprobs_BT=cut(self.old_logprobs_BT),
             old_values_BT=cut(self.old_values_BT),
             returns_BT=cut(self.returns_BT),
+            loss_weight=self.loss_weight,
         )
 
 

@@ -162,6 +162,15 @@ class TrainConfig:
     """Truncated importance sampling: the upper bound of the weight ``exp(old - rollout)``."""
     skip_equal_reward_groups: bool = True
     """Leave out groups whose samples all got the same reward (they carry no GRPO signal)."""
+    count_flat_groups: bool = False
+    """With ``skip_equal_reward_groups``: the groups left out still count in the loss's mean (their
+    tokens, sequences or groups, as ``reduction`` counts), so the update is the one that training
+    them with their zero advantages would give (exactly so while ``kl_coef`` and ``entropy_coef``
+    are 0), without their forward and backward: a step where one group of four carries signal
+    moves the weights about a quarter as far. False: the mean over the informative groups alone,
+    a full-size step however few they are. Not used with ``dynamic_sampling`` (which fills the
+    batch with informative groups instead) or ``advantage="gae"`` (a critic's advantages are not
+    zero in an equal-reward group)."""
     step_wise: bool = False
     """Train one sample per turn (its own prompt: everything the model saw before it), each with
     its episode's advantage, instead of one sample per episode. For agents whose history is not

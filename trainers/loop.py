@@ -44,7 +44,7 @@ from skyrl_agent.types import PromptItem, Trajectory
 from skyrl_gym.errors import ConfigError
 from trainers.advantages import compute_advantages, episode_advantages
 from trainers.async_rollouts import AsyncRollouts
-from trainers.batch import collate
+from trainers.batch import TrainBatch, collate
 from trainers.config import TrainConfig
 from trainers.critic import score_values
 from trainers.data import PromptSampler, load_items, stratify_key
@@ -57,6 +57,7 @@ from trainers.rollouts import rollout_metrics, rollout_step, select_trainable
 from trainers.shaping import is_truncated, shape_overlong
 from trainers.step import train_step
 from trainers.trackers import open_trackers
+from trainers.types import LossReduction, parse_choice
 
 __all__ = ["TrainResult", "train"]
 
@@ -161,7 +162,8 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
             if cfg.overlong_filter:
                 metrics["overlong_filtered"] = sum(no_loss)
             if trainable and not (no_loss and all(no_loss)):
-                metrics.update(_update(learner, trainable, no_loss))
+                left_out = [t for t in good if t.group_id in flat] if _counts_flat_groups(cfg) else []
+                metrics.update(_update(learner, trainable, no_loss, left_out))
             else:  # every group flat: no signal, no update (the schedule follows optimizer updates)
                 metrics["skipped_update"] = 1
             if rollouts is not None:
@@ -213,12 +215,46 @@ def _supported_at_scale(cfg: TrainConfig, dist: DistContext) -> TrainConfig:
     return cfg
 
 
+def _counts_flat_groups(cfg: TrainConfig) -> bool:
+    """Whether left-out equal-reward groups count in the loss's mean (``cfg.count_flat_groups``)."""
+    return (
+        cfg.count_flat_groups
+        and cfg.skip_equal_reward_groups
+        and not cfg.dynamic_sampling
+        and cfg.advantage != "gae"
+    )
+
+
+def kept_share(
+    reduction: str, batch: TrainBatch, left_out: list[Trajectory], step_wise: bool = False
+) -> float:
+    """``batch``'s share of what the loss's mean counts (tokens for ``token_mean``, groups for
+    ``prompt_mean``, sequences otherwise) when the ``left_out`` episodes count too: the factor
+    that makes the mean over ``batch`` the mean over both, the left-out rows contributing zero
+    (:attr:`TrainConfig.count_flat_groups`)."""
+    if not left_out:
+        return 1.0
+    mode = parse_choice(LossReduction, reduction)
+    if mode is LossReduction.TOKEN_MEAN:
+        kept, left = batch.num_tokens, sum(sum(1 for m in t.loss_mask if m) for t in left_out)
+    elif mode is LossReduction.PROMPT_MEAN:
+        kept, left = len(set(batch.group_ids_B.tolist())), len({t.group_id for t in left_out})
+    else:  # one sequence per episode, or per turn / stretch of rewritten history
+        kept = batch.input_ids_BT.shape[0]
+        left = sum(len(training_samples(t, step_wise)) if step_wise or t.segments else 1 for t in left_out)
+    return kept / (kept + left) if kept + left else 1.0
+
+
 def _update(
-    learner: Learner, trainable: list[Trajectory], no_loss: list[bool] | None = None
+    learner: Learner,
+    trainable: list[Trajectory],
+    no_loss: list[bool] | None = None,
+    left_out: list[Trajectory] | None = None,
 ) -> dict[str, Any]:
     """collate -> (critic values) -> advantages -> :func:`train_step` -> weights to the sampler;
     the step's training metrics. Rows flagged in ``no_loss`` (overlong filtering) keep their
-    reward in their group's baseline but train no token."""
+    reward in their group's baseline but train no token; ``left_out`` (equal-reward groups that
+    still count in the loss's mean) scale the loss by :func:`kept_share`."""
     cfg, dist = learner.cfg, learner.dist
     # several samples per episode (each turn, or each stretch of a rewritten history), or one
     per_step = cfg.step_wise or any(t.segments for t in trainable)
@@ -257,6 +293,7 @@ def _update(
         )
         batch.advantages_BT = adv.advantages_BT
         batch.returns_BT = adv.returns_BT
+    batch.loss_weight = kept_share(cfg.reduction, batch, left_out or [], cfg.step_wise)
     stats = train_step(
         learner.model,
         learner.optimizer,
@@ -268,6 +305,8 @@ def _update(
         critic=learner.critic,
     )
     metrics: dict[str, Any] = {**stats.as_dict(), "train_seconds": stats.seconds}
+    if left_out:
+        metrics["loss_weight"] = batch.loss_weight
     if per_step:
         metrics["samples_per_episode"] = len(samples) / len(trainable)
     sync_s = learner.sync_sampler()  # in flight: lands between the sampler's batches

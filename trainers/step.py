@@ -365,7 +365,7 @@ def train_step(
     pcfg, kcfg = cfg.loss_config, cfg.kl_config
     B = batch.input_ids_BT.shape[0]  # sequences in the whole batch (all ranks)
     # every row's weight in the whole batch's reduced loss (exact for any micro-batch split)
-    weights_B = reduction_weights(
+    weights_B = batch.loss_weight * reduction_weights(
         batch.mask_BT, pcfg.reduction, group_ids_B=batch.group_ids_B, norm_constant=pcfg.norm_constant
     )
     local = batch.select(dist.shard(B)) if dist.enabled else batch  # this rank's rows
