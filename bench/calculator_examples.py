@@ -15,12 +15,16 @@ question is used. About 80 s a set on 2 cores with the defaults (16 questions a 
 ``--summaries`` instead reads main-job ``summary.json`` files (``skyrl train``, calculator env)
 and prints held-out success per question shape before and after, from their ``per_prompt``
 rates (the held-out questions are regenerated from the seed in their ids); no model is loaded.
-``--write-rows DIR`` writes the main job's training and held-out rows of ``--seed`` with each
+``--trajectories`` reads main-job ``trajectories.jsonl`` files and prints, per training step
+and question shape, the episodes, their success and what their first call did to the expression
+(copied, parentheses added or dropped, parentheses that do not balance, other, no call): where a
+run picked up a habit that cost it a shape. ``--write-rows DIR`` writes the main job's training and held-out rows of ``--seed`` with each
 set's examples, for ``skyrl train --data ... --eval-data ...`` (the same questions as the
 bundled rows; pass ``--stratify-by shape`` to spread them as the bundled rows are).
 
     python bench/calculator_examples.py
     python bench/calculator_examples.py --summaries docs/measurements/main-job-2026-12-05-*.json
+    python bench/calculator_examples.py --trajectories runs/calculator/trajectories.jsonl
     python bench/calculator_examples.py --write-rows /tmp/rows --sets balanced --seed 3
     skyrl train --seed 3 --data /tmp/rows/balanced-train-3.jsonl --eval-data /tmp/rows/balanced-test-3.jsonl
 """
@@ -109,6 +113,36 @@ def by_shape(path: str) -> None:
             print(f"  {key:<8} {res['success']:.3f} +/- {res['success_se']:.3f}   {cells}")
 
 
+def by_step(path: str) -> None:
+    """Print, per training step and question shape of one main-job ``trajectories.jsonl``, the
+    episodes, their success and what their first call did to the question's expression (as
+    :func:`classify`, with a call whose parentheses do not balance counted apart)."""
+    kinds = ("exact", "parens added", "parens dropped", "unbalanced", "other", "no call")
+    rows: dict[str, dict] = {}
+    table: dict[tuple[int, str], Counter] = defaultdict(Counter)
+    for line in Path(path).read_text().splitlines():
+        t = json.loads(line)
+        if t["prompt_id"] not in rows:  # ids are calc-train-<seed>-<index>
+            seed = int(t["prompt_id"].split("-")[2])
+            rows.update({r["id"]: r for r in generate_calculator_rows(400, split="train", seed=seed)})
+        row = rows[t["prompt_id"]]
+        n_prompt = len(row["prompt"])
+        first = t["messages"][n_prompt]["content"] if len(t["messages"]) > n_prompt else ""
+        kind = classify(row["expr"], first if "<tool_call>" in first else None)
+        m = _EXPR_RE.search(first)
+        if m is not None and m.group(1).count("(") != m.group(1).count(")"):
+            kind = "unbalanced"
+        cell = table[t["step"], shape(row["expr"])]
+        cell[kind] += 1
+        cell["n"] += 1
+        cell["success"] += bool((t.get("env_metrics") or {}).get("correct"))
+    print(f"{path}: per step and question shape, episodes, success, and the first call's expression")
+    print(f"{'step':>4} {'shape':<12} {'n':>3} {'success':>7}  " + "  ".join(f"{k:>7}" for k in kinds))
+    for (step, sh), c in sorted(table.items()):
+        cells = "  ".join(f"{c[k]:>7}" for k in kinds)
+        print(f"{step:>4} {sh:<12} {c['n']:>3} {c['success']:>7}  {cells}")
+
+
 def write_rows(out: Path, sets: list[str], seed: int) -> None:
     """The main job's training and held-out rows with each set's worked examples: the same
     questions as the bundled rows of ``--seed`` (so ``skyrl train --seed S --data ... --eval-data
@@ -142,7 +176,17 @@ def main() -> int:
         help="write the main job's rows under each set instead (DIR/<set>-{train,test}-<seed>.jsonl, "
         "400 and 64 rows, the questions of --seed) for skyrl train --data/--eval-data",
     )
+    ap.add_argument(
+        "--trajectories",
+        nargs="+",
+        default=None,
+        help="main-job trajectories.jsonl files: per step and shape, success and the first call",
+    )
     args = ap.parse_args()
+    if args.trajectories:
+        for path in args.trajectories:
+            by_step(path)
+        return 0
     if args.summaries:
         for path in args.summaries:
             by_shape(path)
