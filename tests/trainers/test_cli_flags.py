@@ -218,7 +218,7 @@ def test_sampler_cascade_flag_reaches_the_engine() -> None:
         assert on.engine.config.cascade_min_tokens == 64 and on.engine._cascade_on
         assert off.engine.config.cascade_min_tokens == 0 and not off.engine._cascade_on
         assert on.engine.config.max_rows == 64
-        assert off.engine.config.max_rows == off_cfg.prompts_per_step * off_cfg.group_size == 32
+        assert off.engine.config.max_rows == off_cfg.prompts_per_step * off_cfg.group_size == 64
     finally:
         on.close()
         off.close()

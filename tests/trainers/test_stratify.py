@@ -100,8 +100,9 @@ def test_calculator_rows_name_their_shape_and_stratify_by_it():
     shares = {k: n / len(items) for k, n in counts.items()}
     order = [i.extras["shape"] for i in PromptSampler(items, seed=5, stratify_by="shape").next(200)]
     assert _worst_window_error(order, shares) <= 2.0
-    # every step of the main job's 4 prompts sees at least 3 of the 4 shapes
+    # every step of 4 prompts sees at least 3 of the 4 shapes, every step of the main job's 8 all 4
     assert all(len(set(order[k : k + 4])) >= 3 for k in range(0, 200, 4))
+    assert all(len(set(order[k : k + 8])) == 4 for k in range(0, 200, 8))
 
 
 def test_auto_is_the_envs_field_for_its_bundled_rows_only():
