@@ -241,7 +241,7 @@ def kept_share(
         kept, left = len(set(batch.group_ids_B.tolist())), len({t.group_id for t in left_out})
     else:  # one sequence per episode, or per turn / stretch of rewritten history
         kept = batch.input_ids_BT.shape[0]
-        left = sum(len(training_samples(t, step_wise)) if step_wise or t.segments else 1 for t in left_out)
+        left = sum(len(training_samples(t, step_wise)) for t in left_out)
     return kept / (kept + left) if kept + left else 1.0
 
 
