@@ -117,6 +117,8 @@ def by_step(path: str) -> None:
     """Print, per training step and question shape of one main-job ``trajectories.jsonl``, the
     episodes, their success and what their first call did to the question's expression (as
     :func:`classify`, with a call whose parentheses do not balance counted apart)."""
+    from trainers.config import TrainConfig
+
     kinds = ("exact", "parens added", "parens dropped", "unbalanced", "other", "no call")
     rows: dict[str, dict] = {}
     table: dict[tuple[int, str], Counter] = defaultdict(Counter)
@@ -124,13 +126,14 @@ def by_step(path: str) -> None:
         t = json.loads(line)
         if t["prompt_id"] not in rows:  # ids are calc-train-<seed>-<index>
             seed = int(t["prompt_id"].split("-")[2])
-            rows.update({r["id"]: r for r in generate_calculator_rows(400, split="train", seed=seed)})
+            n = TrainConfig().train_prompts  # the main job's training rows
+            rows.update({r["id"]: r for r in generate_calculator_rows(n, split="train", seed=seed)})
         row = rows[t["prompt_id"]]
         n_prompt = len(row["prompt"])
         first = t["messages"][n_prompt]["content"] if len(t["messages"]) > n_prompt else ""
         kind = classify(row["expr"], first if "<tool_call>" in first else None)
         m = _EXPR_RE.search(first)
-        if m is not None and m.group(1).count("(") != m.group(1).count(")"):
+        if kind != "no call" and m is not None and m.group(1).count("(") != m.group(1).count(")"):
             kind = "unbalanced"
         cell = table[t["step"], shape(row["expr"])]
         cell[kind] += 1
