@@ -36,6 +36,11 @@ def _register_builtins() -> None:
             "skyrl_gym.envs.calculator:CalculatorEnv",
             "Two-turn tool use: a JSON calc call, then the answer",
         ),
+        (
+            "kvchain",
+            "skyrl_gym.envs.kvchain:KVChainEnv",
+            "Follow k = 3-8 keys through a hidden table with a lookup tool (old-key decoys), then the answer",
+        ),
         ("gsm8k", "skyrl_gym.envs.math.gsm8k:GSM8KEnv", "Grade-school math, one turn, answer after '####'"),
         (
             "gsm8k_multi_turn",
