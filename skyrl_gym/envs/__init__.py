@@ -41,6 +41,11 @@ def _register_builtins() -> None:
             "skyrl_gym.envs.kvchain:KVChainEnv",
             "Follow k = 3-8 keys through a hidden table with a lookup tool (old-key decoys), then the answer",
         ),
+        (
+            "bisect",
+            "skyrl_gym.envs.bisect:BisectEnv",
+            "Find a hidden number in a range from higher/lower feedback within a guess budget",
+        ),
         ("gsm8k", "skyrl_gym.envs.math.gsm8k:GSM8KEnv", "Grade-school math, one turn, answer after '####'"),
         (
             "gsm8k_multi_turn",

@@ -1,0 +1,325 @@
+"""``bisect``: find a hidden whole number in a range from higher/lower feedback, within a budget.
+
+The prompt names the range and the budget ("Find the number from 57 to 88. You have 6
+guesses."). Each turn the model writes one guess, ``<guess>72</guess>``, and the env answers
+``higher: the number is more than 72. Guesses left: 5.`` or ``lower: ...``; the right guess ends
+the episode with reward 1.0. A turn without a readable guess (no ``<guess>`` tag, or not a whole
+number inside) or with a number outside the range is an error observation that uses a turn. The
+episode ends at the right guess or when the budget (``max_turns``) is spent (reward 0).
+
+Bounds. Given the prompt the target is uniform over the ``size`` numbers of the range (splits
+are made by range, never by target). A policy that ignores the feedback fixes its guesses before
+it learns anything about the target, so it succeeds with probability at most ``budget / size``
+(exactly that when its guesses are distinct and in range): with the defaults, 6 guesses over 32
+numbers, 6/32 = 0.1875. A bisecting policy (guess the middle of what the feedback leaves) always
+succeeds when ``budget >= ceil(log2(size + 1))`` (6 for 32 numbers, 7 for 64), the default
+budget.
+
+Metrics. Each step's ``metadata`` holds ``consistent``: True when the turn's guess lies inside
+every bound the feedback so far allows (a repeated wrong guess, an out-of-range guess or a turn
+without a guess is not), ``guess`` (None without one), ``feedback`` (``higher``, ``lower``,
+``correct`` or None) and ``error`` on a mistake. ``get_metrics()``: ``success``, ``guesses``
+(readable in-range guesses), ``consistent_guesses``, ``consistent_fraction`` (consistent
+guesses over turns taken), ``turns``, ``budget``, ``size`` and ``depth``.
+
+Splits: a row is drawn from ``random.Random(f"skyrl-bisect-{split}-{seed}-{i}")``: the range's
+low end uniformly among the numbers from 1 to ``max_start`` (100) whose range
+:func:`skyrl_gym.envs._generated.split_of` puts in the row's split (the CRC-32 of
+``bisect:<lo>-<hi>`` even for train, odd for test), then the target uniformly in the range. So
+held-out rows use ranges that training never shows, under any seeds. ``depth`` (the row's
+stratify field) is the number of guesses the midpoint bisection takes for its target.
+
+``env_config`` keys (all optional; an unknown key raises ``ConfigError``): ``examples`` (worked
+example episodes in the prompt, 0 to 3; when set the env writes the prompt itself: the system
+prompt, that many examples, the question; unset: the row's prompt, which for bundled rows has
+1), ``budget`` (the number of turns, the row's ``budget``: ``ceil(log2(size + 1))``), and the
+difficulty: ``size`` (numbers in a range, 32) and ``max_start`` (100). Setting either makes the
+env draw its range and target anew from the row's ``seed`` and ``split`` (deterministic, still
+in the row's split). Whenever the range or budget changes, the env rewrites the question.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from skyrl_gym.core import BaseTextEnv
+from skyrl_gym.envs._generated import check_config_keys, check_split, config_int, split_of
+from skyrl_gym.errors import ConfigError
+from skyrl_gym.types import BaseTextEnvStepOutput, EnvExample
+
+__all__ = [
+    "BisectEnv",
+    "generate_bisect_rows",
+    "make_bisect_instance",
+    "build_bisect_prompt",
+    "bisection_guesses",
+    "min_budget",
+    "SIZE",
+    "MAX_START",
+    "SYSTEM_PROMPT",
+]
+
+SIZE = 32
+"""Numbers in a range of the bundled rows."""
+MAX_START = 100
+"""The largest low end of a bundled row's range."""
+
+SYSTEM_PROMPT = (
+    "Let's play a guessing game. I think of a whole number in the range you are told. Reply with "
+    "one guess as <guess>N</guess>. I answer higher (the number is more than your guess), lower "
+    "(the number is less than your guess) or correct. Find the number within the allowed guesses."
+)
+_QUESTION = "Find the number from {lo} to {hi}. You have {budget} guesses."
+# The worked example episodes (lo, hi, target), played by midpoint bisection with budget 6.
+_EXAMPLES = ((1, 32, 21), (40, 71, 66), (75, 106, 80))
+_GUESS_RE = re.compile(r"<guess>\s*(.*?)\s*</guess>", re.DOTALL)
+_NUMBER_RE = re.compile(r"[+-]?\d{1,12}")
+
+
+def min_budget(size: int) -> int:
+    """The guesses midpoint bisection needs at most over ``size`` numbers: ``ceil(log2(size + 1))``."""
+    return int(size).bit_length()
+
+
+def bisection_guesses(lo: int, hi: int, target: int) -> list[int]:
+    """The guesses of midpoint bisection (``(low + high) // 2``) from ``[lo, hi]`` until ``target``."""
+    if not lo <= target <= hi:
+        raise ValueError(f"target {target} is not in [{lo}, {hi}]")
+    guesses = []
+    while True:
+        mid = (lo + hi) // 2
+        guesses.append(mid)
+        if mid == target:
+            return guesses
+        lo, hi = (mid + 1, hi) if target > mid else (lo, mid - 1)
+
+
+def _feedback(guess: int, target: int, left: int) -> str:
+    if guess < target:
+        return f"higher: the number is more than {guess}. Guesses left: {left}."
+    return f"lower: the number is less than {guess}. Guesses left: {left}."
+
+
+def _example_messages(count: int, budget: int = 6) -> list[dict[str, str]]:
+    messages = []
+    for lo, hi, target in _EXAMPLES[:count]:
+        messages.append({"role": "user", "content": _QUESTION.format(lo=lo, hi=hi, budget=budget)})
+        guesses = bisection_guesses(lo, hi, target)
+        for i, guess in enumerate(guesses):
+            messages.append({"role": "assistant", "content": f"<guess>{guess}</guess>"})
+            if guess != target:
+                messages.append({"role": "user", "content": _feedback(guess, target, budget - i - 1)})
+    return messages
+
+
+def build_bisect_prompt(lo: int, hi: int, budget: int, *, examples: int = 1) -> list[dict[str, str]]:
+    """The prompt of a game over ``[lo, hi]`` with ``budget`` guesses: the system prompt,
+    ``examples`` worked example episodes (0 to 3) and the question."""
+    if not 0 <= examples <= len(_EXAMPLES):
+        raise ConfigError(f"examples must be from 0 to {len(_EXAMPLES)}, got {examples}")
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        *_example_messages(examples),
+        {"role": "user", "content": _QUESTION.format(lo=lo, hi=hi, budget=budget)},
+    ]
+
+
+def make_bisect_instance(
+    seed: str, split: str, size: int = SIZE, max_start: int = MAX_START
+) -> tuple[int, int, int]:
+    """``(lo, hi, target)`` drawn from ``random.Random(seed)``: ``lo`` uniformly among the low ends
+    from 1 to ``max_start`` whose range belongs to ``split``, the target uniformly in the range."""
+    check_split(split)
+    if size < 2 or max_start < 1:
+        raise ConfigError(
+            f"bisect needs size >= 2 and max_start >= 1, got size={size}, max_start={max_start}"
+        )
+    starts = [lo for lo in range(1, max_start + 1) if split_of(f"bisect:{lo}-{lo + size - 1}") == split]
+    if not starts:
+        raise ConfigError(
+            f"no range with a low end from 1 to {max_start} belongs to the {split!r} split; raise max_start"
+        )
+    r = random.Random(seed)
+    lo = r.choice(starts)
+    hi = lo + size - 1
+    return lo, hi, r.randint(lo, hi)
+
+
+def generate_bisect_rows(
+    n: int,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    size: int = SIZE,
+    max_start: int = MAX_START,
+    budget: int | None = None,
+    examples: int = 1,
+) -> list[dict[str, Any]]:
+    """``n`` games; row ``i`` is drawn from the seed string ``skyrl-bisect-{split}-{seed}-{i}``
+    with a range of ``split`` only (train and test share no range). ``budget``: guesses per game
+    (default :func:`min_budget` of ``size``); ``examples``: worked example episodes (0 to 3)."""
+    check_split(split)
+    budget = min_budget(size) if budget is None else int(budget)
+    if budget < 1:
+        raise ConfigError(f"budget must be at least 1, got {budget}")
+    rows = []
+    for i in range(n):
+        instance_seed = f"skyrl-bisect-{split}-{seed}-{i}"
+        lo, hi, target = make_bisect_instance(instance_seed, split, size, max_start)
+        rows.append(
+            {
+                "id": f"bisect-{split}-{seed}-{i:05d}",
+                "lo": lo,
+                "hi": hi,
+                "size": size,
+                "budget": budget,
+                "depth": len(bisection_guesses(lo, hi, target)),
+                "seed": instance_seed,
+                "split": split,
+                "prompt": build_bisect_prompt(lo, hi, budget, examples=examples),
+                "env_class": "bisect",
+                "reward_spec": {"method": "rule", "ground_truth": target},
+                "data_source": "skyrl/bisect",
+            }
+        )
+    return rows
+
+
+_CONFIG_KEYS = ("examples", "budget", "size", "max_start")
+
+
+def _row_int(extras: Any, key: str) -> int:
+    value = extras.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | str) or not re.fullmatch(r"-?\d+", str(value)):
+        raise ConfigError(
+            f"bisect needs extras with whole numbers 'lo', 'hi' and reward_spec.ground_truth; "
+            f"{key!r} is {value!r} (rows from generate_bisect_rows() have them)"
+        )
+    return int(value)
+
+
+class BisectEnv(BaseTextEnv):
+    """Guess a hidden number with ``<guess>N</guess>``; feedback higher/lower; a guess budget."""
+
+    bundled_stratify_by = "depth"
+
+    def __init__(self, env_config: Any = None, extras: Any = None) -> None:
+        super().__init__(env_config, extras)
+        check_config_keys(env_config, _CONFIG_KEYS, "bisect")
+        self.lo, self.hi = _row_int(self.extras, "lo"), _row_int(self.extras, "hi")
+        self.target = _row_int(self.extras.get("reward_spec") or {}, "ground_truth")
+        if not self.lo <= self.target <= self.hi:
+            raise ConfigError(f"bisect target {self.target} is not in the row's range [{self.lo}, {self.hi}]")
+        self.examples = config_int(env_config, "examples", None, 0, len(_EXAMPLES))
+        size = config_int(env_config, "size", None, 2)
+        max_start = config_int(env_config, "max_start", None, 1)
+        self.drawn_again = size is not None or max_start is not None
+        if self.drawn_again:
+            seed, split = self.extras.get("seed"), self.extras.get("split")
+            if not isinstance(seed, str) or split not in ("train", "test"):
+                raise ConfigError(
+                    "env_config 'size'/'max_start' draw the game anew from the row's 'seed' and "
+                    "'split' fields; this row has none (rows from generate_bisect_rows() do)"
+                )
+            size = self.hi - self.lo + 1 if size is None else size
+            self.lo, self.hi, self.target = make_bisect_instance(seed, split, size, max_start or MAX_START)
+        self.size = self.hi - self.lo + 1
+        row_budget = self.extras.get("budget") if not self.drawn_again else None
+        default = int(row_budget) if row_budget is not None else min_budget(self.size)
+        self.budget = config_int(env_config, "budget", default, 1)
+        self.budget_changed = self.budget != default or self.drawn_again
+        self.max_turns = self.budget
+        self.low, self.high = self.lo, self.hi  # what the feedback so far allows
+        self.guesses = self.consistent_guesses = 0
+        self.success = False
+
+    @classmethod
+    def bundled_rows(cls, split: str = "train", n: int = 0, seed: int = 0) -> list[dict[str, Any]]:
+        """Generated games (400 when ``n`` is 0) over 32 numbers with 6 guesses; train and test
+        ranges are disjoint (module docstring)."""
+        check_split(split)
+        return generate_bisect_rows(n or 400, split=split, seed=seed)
+
+    @classmethod
+    def example(cls) -> EnvExample:
+        row = generate_bisect_rows(1, split="test")[0]
+        extras = {
+            key: row[key] for key in ("lo", "hi", "size", "budget", "depth", "seed", "split", "reward_spec")
+        }
+        guesses = bisection_guesses(row["lo"], row["hi"], row["reward_spec"]["ground_truth"])
+        return EnvExample(
+            extras=extras,
+            prompt=tuple(row["prompt"]),
+            good_actions=tuple(f"<guess>{g}</guess>" for g in guesses),
+        )
+
+    def _question(self) -> dict[str, str]:
+        return {"role": "user", "content": _QUESTION.format(lo=self.lo, hi=self.hi, budget=self.budget)}
+
+    def init(self, prompt: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        messages = [dict(m) for m in prompt] if isinstance(prompt, list | tuple) else []
+        if self.budget_changed or not messages:
+            messages = [*messages[:-1], self._question()]
+        if self.examples is not None:
+            messages = [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                *_example_messages(self.examples),
+                messages[-1],
+            ]
+        return messages, {}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        self.turns += 1
+        left = self.budget - self.turns
+        meta: dict[str, Any] = {"guess": None, "feedback": None, "consistent": False}
+        match = _GUESS_RE.search(action)
+        text = match.group(1) if match is not None else None
+        if text is None or not _NUMBER_RE.fullmatch(text):
+            meta["error"] = "no_guess" if text is None else "bad_guess"
+            content = f"Reply with <guess>N</guess>, a whole number from {self.lo} to {self.hi}. Guesses left: {left}."
+            return self._out(content, 0.0, meta)
+        guess = int(text)
+        meta["guess"] = guess
+        if not self.lo <= guess <= self.hi:
+            meta["error"] = "out_of_range"
+            return self._out(f"{guess} is not from {self.lo} to {self.hi}. Guesses left: {left}.", 0.0, meta)
+        self.guesses += 1
+        meta["consistent"] = self.low <= guess <= self.high
+        self.consistent_guesses += meta["consistent"]
+        if guess == self.target:
+            self.success = True
+            meta["feedback"] = "correct"
+            return BaseTextEnvStepOutput(
+                observations=[], reward=1.0, done=True, metadata=meta, truncated=False
+            )
+        if guess < self.target:
+            meta["feedback"] = "higher"
+            self.low = max(self.low, guess + 1)
+        else:
+            meta["feedback"] = "lower"
+            self.high = min(self.high, guess - 1)
+        return self._out(_feedback(guess, self.target, left), 0.0, meta)
+
+    def _out(self, content: str, reward: float, meta: dict[str, Any]) -> BaseTextEnvStepOutput:
+        done = self.turns >= self.max_turns
+        return BaseTextEnvStepOutput(
+            observations=[] if done else [{"role": "user", "content": content}],
+            reward=reward,
+            done=done,
+            metadata=meta,
+            truncated=done,
+        )
+
+    def get_metrics(self) -> dict[str, Any]:
+        return {
+            "success": self.success,
+            "guesses": self.guesses,
+            "consistent_guesses": self.consistent_guesses,
+            "consistent_fraction": self.consistent_guesses / self.turns if self.turns else 0.0,
+            "turns": self.turns,
+            "budget": self.budget,
+            "size": self.size,
+            "depth": len(bisection_guesses(self.lo, self.hi, self.target)),
+        }
