@@ -230,6 +230,11 @@ class TrainConfig:
     micro-batch. (The main job's 32 rows compute about 3,000 tokens: one micro-batch, 1.45x
     faster than four of 8 rows in ``bench/bench_train_step.py``; a long-episode recipe's rows are
     split by this bound before memory runs out.)"""
+    activation_checkpointing: bool = False
+    """Keep only each decoder layer's input through the forward and recompute the rest in the
+    backward, one layer at a time (:mod:`trainers.checkpointing`; the shared-prefix cache is
+    kept): the train step's activations shrink about tenfold for one more forward. Measured by
+    ``python bench/bench_memory.py --trainer``."""
     fused_head: bool = True
     """Run the LM head only at positions that predict a trained token, fused with the
     log-softmax, in chunks (same losses and gradients; False: full logits, the reference path)."""

@@ -50,6 +50,7 @@ from trainers.critic import score_values
 from trainers.data import PromptSampler, load_items, stratify_key
 from trainers.distributed import DistContext, init_distributed, resolve_device
 from trainers.evaluation import EvalResult, evaluate
+from trainers.memory import GB, PhasePeak, peak_bytes, release_free_memory, reset_peak, rss_bytes, state_bytes
 from trainers.metrics import MetricsLogger, plot_metrics
 from trainers.models import Learner, build_learner
 from trainers.resume import RunFiles, open_run, restore, save
@@ -145,7 +146,9 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
     try:
         for step in range(start_step + 1, cfg.steps + 1):
             t_step = time.perf_counter()
+            reset_peak()
             rb = rollouts.get(step) if rollouts is not None else produce(step, step - 1)
+            rollout_peak = peak_bytes()
             wait_s = time.perf_counter() - t_step
             sampler_state = rb.sampler_state
             if dist.is_main:
@@ -161,11 +164,13 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
             no_loss = [is_truncated(t) for t in trainable] if cfg.overlong_filter else []
             if cfg.overlong_filter:
                 metrics["overlong_filtered"] = sum(no_loss)
-            if trainable and not (no_loss and all(no_loss)):
-                left_out = [t for t in good if t.group_id in flat] if _counts_flat_groups(cfg) else []
-                metrics.update(_update(learner, trainable, no_loss, left_out))
-            else:  # every group flat: no signal, no update (the schedule follows optimizer updates)
-                metrics["skipped_update"] = 1
+            with PhasePeak() as train_mem:
+                if trainable and not (no_loss and all(no_loss)):
+                    left_out = [t for t in good if t.group_id in flat] if _counts_flat_groups(cfg) else []
+                    metrics.update(_update(learner, trainable, no_loss, left_out))
+                else:  # every group flat: no signal, no update (the schedule follows optimizer updates)
+                    metrics["skipped_update"] = 1
+            metrics = {**_memory_metrics(learner, rollout_peak, train_mem.peak), **metrics}
             if rollouts is not None:
                 rollouts.publish(step)
             metrics["step_seconds"] = time.perf_counter() - t_step
@@ -191,6 +196,27 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
     return TrainResult(
         run_dir=run.path, steps=cfg.steps, baseline=baseline, final=final, seconds=elapsed, plot=plot
     )
+
+
+def _memory_metrics(learner: Learner, rollout_peak: int, train_peak: int) -> dict[str, float]:
+    """Where the step's memory was (GB): the resident peak of its rollouts (in asynchronous mode
+    the producer's, overlapping the previous update) and of its update, the resident size once
+    the update's freed memory is handed back (:func:`trainers.memory.release_free_memory`), the
+    trained weights and their optimizer state, and the sampler's prefix store (the update's own
+    figure, taken before it emptied the store, takes precedence: see :func:`_update`)."""
+    release_free_memory()
+    parts = state_bytes(learner.model, learner.optimizer)
+    out = {
+        "mem_rollout_peak_gb": rollout_peak / GB,
+        "mem_train_peak_gb": train_peak / GB,
+        "mem_rss_gb": rss_bytes() / GB,
+        "mem_weights_gb": parts["weights"] / GB,
+        "mem_optimizer_gb": parts["optimizer"] / GB,
+    }
+    stats = learner.policy.engine_stats() if hasattr(learner.policy, "engine_stats") else None
+    if stats is not None:
+        out["mem_prefix_store_gb"] = stats.prefix_store_bytes / GB
+    return out
 
 
 def _say(on: bool, msg: str) -> None:
@@ -294,6 +320,9 @@ def _update(
         batch.advantages_BT = adv.advantages_BT
         batch.returns_BT = adv.returns_BT
     batch.loss_weight = kept_share(cfg.reduction, batch, left_out or [], cfg.step_wise)
+    store_bytes = None
+    if cfg.async_staleness == 0 and hasattr(learner.policy, "drop_stale_kv"):
+        store_bytes = learner.policy.drop_stale_kv()  # stale after this update: not held through its peak
     stats = train_step(
         learner.model,
         learner.optimizer,
@@ -305,6 +334,8 @@ def _update(
         critic=learner.critic,
     )
     metrics: dict[str, Any] = {**stats.as_dict(), "train_seconds": stats.seconds}
+    if store_bytes is not None:  # what the rollouts left in the prefix store
+        metrics["mem_prefix_store_gb"] = store_bytes / GB
     if left_out:
         metrics["loss_weight"] = batch.loss_weight
     if per_step:
@@ -325,6 +356,7 @@ def _evaluate(
     """Held-out evaluation at ``step``, logged and printed."""
     cfg = learner.cfg
     res = evaluate(learner.eval_policy, cfg, items, seed=cfg.seed + 1_000_003, dist=learner.dist)
+    release_free_memory()  # the episodes' buffers, before the next phase allocates elsewhere
     if logger is not None:
         logger.log(step, "eval", res.log_record())
     say(
@@ -341,7 +373,13 @@ def _step_line(step: int, cfg: TrainConfig, m: dict[str, Any], *, staleness: boo
         f"success {m['success_rate']:.2f}  flat groups {m['flat_groups']}/{m['prompts_drawn']}  "
         + (f"rounds {m['sampling_rounds']}  " if cfg.dynamic_sampling else "")
         + f"masked {m['masked']}  gen {m['gen_seconds']:.1f}s  "
-        f"train {m.get('train_seconds', 0.0):.1f}s" + (f"  staleness {m['staleness']}" if staleness else "")
+        f"train {m.get('train_seconds', 0.0):.1f}s"
+        + (f"  staleness {m['staleness']}" if staleness else "")
+        + (
+            f"  peak {max(m['mem_rollout_peak_gb'], m['mem_train_peak_gb']):.1f} GB"
+            if "mem_rss_gb" in m
+            else ""
+        )
     )
 
 

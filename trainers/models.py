@@ -94,6 +94,10 @@ def build_model(cfg: TrainConfig, dist: DistContext) -> tuple[torch.nn.Module, A
     rollout_model = copy.deepcopy(model).eval().requires_grad_(False) if separate else None
     if cfg.lora_rank > 0:
         model = apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, cfg.lora_dropout)
+    if cfg.activation_checkpointing:
+        from trainers.checkpointing import enable_activation_checkpointing
+
+        enable_activation_checkpointing(model)
     if rollout_model is not None:
         rollout_model.to(dist.device)
     if dist.fsdp:

@@ -172,6 +172,8 @@ class EngineStats:
     """Sum over decode steps of the prefix columns those rows did not hold themselves."""
     cascade_prefill_rows: int = 0
     """Next turns prefilled over their own columns, the shared prefix read from its one copy."""
+    prefix_store_bytes: int = 0
+    """Bytes of KV the prefix store holds now (bounded by ``EngineConfig.prefix_cache_bytes``)."""
     workers_released: int = 0
     """Times the engine's thread, going idle, had the OpenMP runtime release its workers (on
     CPU; counted also when it held none; see :mod:`skyrl_agent._openmp`)."""
@@ -650,6 +652,7 @@ class InferenceEngine:
         with self._cv:
             s = dataclasses.replace(self._stats)
             s.store_evictions = self.store.evictions
+            s.prefix_store_bytes = self.store.nbytes
             return s
 
     def clear_prefix_store(self) -> None:

@@ -59,9 +59,9 @@ def _plain_llama(model: Any) -> bool:
             mlp.up_proj,
             mlp.down_proj,
         )
-        if type(layer).__name__ != "LlamaDecoderLayer" or any(
-            type(p) is not torch.nn.Linear for p in projections
-        ):
+        # a trainer's checkpointed subclass computes its base's forward without gradient
+        cls = type(layer).__mro__[1] if getattr(type(layer), "skyrl_checkpointed", False) else type(layer)
+        if cls.__name__ != "LlamaDecoderLayer" or any(type(p) is not torch.nn.Linear for p in projections):
             return False
     return True
 

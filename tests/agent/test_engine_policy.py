@@ -360,6 +360,8 @@ def test_the_engine_store_stays_under_its_bound(tiny, tokenizer):
                 [GenerateRequest(tokenizer.encode(f"{i} is the prompt number " * 4), GREEDY)]
             )
             assert engine.engine.store.nbytes <= bound
+            held = engine.engine_stats().prefix_store_bytes  # what the store reports it holds
+            assert held == engine.engine.store.nbytes and 0 < held <= bound
         assert engine.engine_stats().store_evictions > 0
     finally:
         engine.close()
@@ -506,3 +508,20 @@ def test_ignore_eos_generates_past_end_of_sequence(tiny, tokenizer, scheduler):
         policy.close()
     assert stopped.token_ids == ids[: end + 1] and stopped.finish_reason == "stop"
     assert ignored.token_ids == ids and ignored.finish_reason == "length"
+
+
+def test_drop_stale_kv_empties_the_store_unless_stale_prefixes_are_allowed(tiny, tokenizer):
+    prompt = tokenizer.encode("the prompt that leaves its KV in the store " * 3)
+    for allow_stale in (False, True):
+        engine = HFPolicy(*tiny, seed=0, engine=EngineConfig(allow_stale_prefix=allow_stale))
+        try:
+            engine.generate_sync([GenerateRequest(prompt, GREEDY)])
+            held = engine.engine_stats().prefix_store_bytes
+            assert held > 0
+            if allow_stale:  # the stored KV stays usable after an update: kept
+                assert engine.drop_stale_kv() == 0 and engine.engine_stats().prefix_store_bytes == held
+            else:
+                assert engine.drop_stale_kv() == held and engine.engine_stats().prefix_store_bytes == 0
+            engine.generate_sync([GenerateRequest(prompt, GREEDY)])  # and it samples on
+        finally:
+            engine.close()

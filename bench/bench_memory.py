@@ -1,0 +1,242 @@
+"""Where a train step's memory goes, and what activation checkpointing and smaller micro-batches save.
+
+``--trainer``: each variant runs in a fresh process (so one variant's freed memory does not hide
+the next one's), builds the bundled model and AdamW, and runs ``--steps`` train steps (fused
+AdamW, bf16 autocast, ``TrainConfig``'s defaults otherwise) on one batch shaped like a multi-turn
+tool task: ``--groups`` prompts of ``--prefix`` tokens, ``--group-size`` episodes each of about
+``--tokens`` tokens, each with ``--observations`` untrained observations of ``--obs-tokens``
+tokens (random token ids, random advantages). It prints, per step: resident memory before the
+step, the step's resident peak (the kernel's high-water mark reset at the step's start), after
+it, and the seconds; then the last step's peak above its start per computed token of the largest
+micro-batch, and each variant's peak and time against the first variant's (the ratio base,
+measured in the same run).
+
+    python bench/bench_memory.py --trainer [--variants mbt8192 ckpt-mbt8192 ...] [--rows 16]
+
+Variants are ``[ckpt-]mbt<N>``: ``micro_batch_tokens=N``, with ``activation_checkpointing`` when
+prefixed ``ckpt-``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+DEFAULT_VARIANTS = ["mbt8192", "mbt2048", "ckpt-mbt8192", "ckpt-mbt32768"]
+
+
+def _variant(name: str) -> tuple[int, bool]:
+    ckpt = name.startswith("ckpt-")
+    rest = name.removeprefix("ckpt-")
+    if not rest.startswith("mbt") or not rest[3:].isdigit():
+        raise SystemExit(f"unknown variant {name!r}: use [ckpt-]mbt<N>, e.g. mbt8192 or ckpt-mbt8192")
+    return int(rest[3:]), ckpt
+
+
+def _batch(tok_pad: int, args: argparse.Namespace):  # noqa: ANN202
+    import torch
+
+    from skyrl_agent.types import StopReason, Trajectory
+    from trainers.batch import collate
+
+    g = torch.Generator().manual_seed(args.seed)
+    trajectories = []
+    for p in range(args.groups):
+        prompt = torch.randint(100, 40000, (args.prefix,), generator=g).tolist()
+        for i in range(args.group_size):
+            n = (
+                args.tokens
+                - args.prefix
+                + int(torch.randint(-args.tokens // 10, args.tokens // 10 + 1, (1,), generator=g))
+            )
+            response = torch.randint(100, 40000, (n,), generator=g).tolist()
+            mask = [1] * n
+            for k in range(1, args.observations + 1):  # observations between the turns
+                s = k * n // (args.observations + 1)
+                mask[s : s + args.obs_tokens] = [0] * args.obs_tokens
+            trajectories.append(
+                Trajectory(
+                    prompt_ids=prompt,
+                    response_ids=response,
+                    loss_mask=mask,
+                    rollout_logprobs=None,
+                    token_rewards=[0.0] * n,
+                    reward=float(torch.randint(0, 2, (1,), generator=g)),
+                    stop_reason=StopReason.ENV_DONE,
+                    group_id=p,
+                    sample_index=i,
+                )
+            )
+    batch = collate(trajectories, pad_id=tok_pad)
+    batch.advantages_BT = torch.randn(batch.input_ids_BT.shape[0], generator=g)[:, None] * batch.mask_BT
+    return batch
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One variant in this process: JSON lines on stdout."""
+    import torch
+
+    from skyrl_agent.models import BUNDLED_MODEL, load_model_and_tokenizer
+    from trainers.checkpointing import enable_activation_checkpointing
+    from trainers.config import TrainConfig
+    from trainers.logprobs import shared_prefix_len
+    from trainers.memory import PhasePeak, release_free_memory, rss_bytes, state_bytes
+    from trainers.step import micro_batches, train_step
+
+    torch.set_num_threads(args.threads)
+    mbt, ckpt = _variant(args.worker)
+    model, tok = load_model_and_tokenizer(BUNDLED_MODEL)
+    if ckpt:
+        enable_activation_checkpointing(model)
+    cfg = TrainConfig(bf16=True, micro_batch_tokens=mbt, activation_checkpointing=ckpt)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6, fused=True)
+    batch = _batch(tok.pad_token_id, args)
+    slices = micro_batches(batch, cfg.micro_batch_size, cfg.micro_batch_tokens)
+    computed = []
+    for sl in slices:
+        sub = batch.select(sl)
+        prefix = shared_prefix_len(sub.input_ids_BT, sub.mask_BT)
+        lengths = sub.attention_mask_BT.sum(dim=1).tolist()
+        computed.append(prefix + sum(max(int(L) - prefix, 0) for L in lengths))
+    print(
+        json.dumps(
+            {
+                "kind": "batch",
+                "rows": batch.input_ids_BT.shape[0],
+                "attended": int(batch.attention_mask_BT.sum()),
+                "trained": int(batch.mask_BT.sum()),
+                "micro_batches": len(slices),
+                "largest_micro_batch_tokens": max(computed),
+                "loaded": rss_bytes(),
+            }
+        ),
+        flush=True,
+    )
+    for step in range(args.steps):
+        with PhasePeak() as phase:
+            stats = train_step(model, optimizer, batch, cfg)
+        parts = state_bytes(model, optimizer)
+        release_free_memory()
+        trimmed = rss_bytes()
+        print(
+            json.dumps(
+                {
+                    "kind": "step",
+                    "step": step,
+                    "before": phase.start,
+                    "peak": phase.peak,
+                    "after": phase.end,
+                    "after_release": trimmed,
+                    "seconds": stats.seconds,
+                    **parts,
+                }
+            ),
+            flush=True,
+        )
+
+
+def run_trainer(args: argparse.Namespace) -> None:
+    variants = args.variants or DEFAULT_VARIANTS
+    for v in variants:
+        _variant(v)
+    print(
+        f"batch: {args.groups} prompts x {args.group_size} episodes, about {args.tokens} tokens each over a "
+        f"{args.prefix}-token prompt, {args.observations} observations of {args.obs_tokens} tokens; "
+        f"{args.steps} steps, {args.threads} threads, bf16 autocast"
+    )
+    results: dict[str, dict] = {}
+    for v in variants:
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", v, *_shape_flags(args)]
+        start = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            print(f"  {v}: failed ({out.returncode})\n{out.stderr[-2000:]}")
+            continue
+        lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+        info = next(x for x in lines if x["kind"] == "batch")
+        steps = [x for x in lines if x["kind"] == "step"]
+        results[v] = {"batch": info, "steps": steps, "wall": time.perf_counter() - start}
+        print(
+            f"\n{v}: {info['rows']} rows, {info['attended']} attended and {info['trained']} trained tokens, "
+            f"{info['micro_batches']} micro-batches (largest {info['largest_micro_batch_tokens']} computed tokens); "
+            f"{info['loaded'] / 1e9:.2f} GB resident after loading"
+        )
+        for s in steps:
+            print(
+                f"  step {s['step']}: before {s['before'] / 1e9:5.2f} GB  peak {s['peak'] / 1e9:5.2f} GB  "
+                f"after {s['after'] / 1e9:5.2f} GB, {s['after_release'] / 1e9:5.2f} GB released  {s['seconds']:6.1f} s  (weights {s['weights'] / 1e9:.2f}, "
+                f"grads {s['grads'] / 1e9:.2f}, optimizer {s['optimizer'] / 1e9:.2f} GB)"
+            )
+        last = steps[-1]
+        per_token = (last["peak"] - steps[0]["after_release"]) / max(info["largest_micro_batch_tokens"], 1)
+        print(
+            f"  last step's peak above the resident size after the first step's release: "
+            f"{per_token / 1e6:.3f} MB per computed token of the largest micro-batch"
+        )
+    if not results:
+        return
+    base_name = next(iter(results))
+    base = results[base_name]["steps"][-1]
+    print(f"\nlast step against {base_name} (same run):")
+    for v, r in results.items():
+        s = r["steps"][-1]
+        print(
+            f"  {v:<16} peak {s['peak'] / 1e9:5.2f} GB ({s['peak'] / base['peak']:.2f}x)  "
+            f"step {s['seconds']:6.1f} s ({s['seconds'] / base['seconds']:.2f}x)"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": results}, f, indent=1)
+
+
+def _shape_flags(args: argparse.Namespace) -> list[str]:
+    return [
+        f"--{k.replace('_', '-')}={getattr(args, k)}"
+        for k in (
+            "groups",
+            "group_size",
+            "tokens",
+            "prefix",
+            "observations",
+            "obs_tokens",
+            "steps",
+            "threads",
+            "seed",
+        )
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--trainer", action="store_true", help="the train step's memory (the only section so far)"
+    )
+    ap.add_argument("--variants", nargs="+", default=None, help=f"default: {' '.join(DEFAULT_VARIANTS)}")
+    ap.add_argument("--groups", type=int, default=2)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=1000)
+    ap.add_argument("--prefix", type=int, default=350)
+    ap.add_argument("--observations", type=int, default=5)
+    ap.add_argument("--obs-tokens", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+    elif args.trainer:
+        run_trainer(args)
+    else:
+        ap.error("choose a section: --trainer")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Where a run's memory is: the process's resident size and peaks, and the parts the trainer holds.
+
+Linux only for the process figures (``/proc/self``); elsewhere they read 0. A phase's peak is
+measured by resetting the kernel's high-water mark (``VmHWM``, written through
+``/proc/self/clear_refs``) when the phase starts and reading it when it ends, so each step
+reports its own rollout and training peaks rather than the run's maximum so far.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["PhasePeak", "peak_bytes", "release_free_memory", "reset_peak", "rss_bytes", "state_bytes"]
+
+GB = 1e9
+
+
+def _status_kb(field: str) -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def rss_bytes() -> int:
+    """The process's resident memory now (0 where ``/proc`` is missing)."""
+    return _status_kb("VmRSS") * 1024
+
+
+def peak_bytes() -> int:
+    """The process's resident peak since it started or since the last :func:`reset_peak`."""
+    return _status_kb("VmHWM") * 1024
+
+
+_libc: Any = None
+
+
+def release_free_memory() -> bool:
+    """Hand the C heap's free pages back to the kernel (glibc's ``malloc_trim(0)``, over every
+    thread's arena); ``False`` where the C library has no such call.
+
+    Torch's CPU tensors live on the C heap. A train step frees gigabytes of activations, but glibc
+    keeps most of them in the training thread's arena, where the sampler's thread (which
+    allocates from an arena of its own) cannot reuse them: without this, a run's resident memory
+    after its first train step stays near that step's peak, and the rollouts' memory comes on
+    top (``python bench/bench_memory.py --trainer`` prints the resident size after each step
+    before and after this call)."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL("libc.so.6")
+            _libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _libc = False
+    if not _libc:
+        return False
+    _libc.malloc_trim(0)
+    return True
+
+
+def reset_peak() -> bool:
+    """Start a new peak at the current resident size; ``False`` where the kernel does not allow it
+    (then :func:`peak_bytes` keeps the process's maximum so far)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+@dataclass
+class PhasePeak:
+    """The resident peak of a stretch of code: ``with PhasePeak() as p: ...; p.peak``."""
+
+    start: int = 0
+    """Resident bytes when the phase began."""
+    peak: int = 0
+    """Resident peak during the phase (bytes)."""
+    end: int = 0
+    """Resident bytes when it ended."""
+
+    def __enter__(self) -> PhasePeak:
+        reset_peak()
+        self.start = rss_bytes()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end = rss_bytes()
+        self.peak = max(peak_bytes(), self.start, self.end)
+
+
+def _tensor_bytes(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.numel() * t.element_size()
+
+
+def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
+    """Bytes of ``model``'s parameters and buffers, of their gradients, and of ``optimizer``'s
+    state (AdamW: two moments a parameter, created at its first step)."""
+    weights = sum(_tensor_bytes(p) for p in model.parameters()) + sum(
+        _tensor_bytes(b) for b in model.buffers()
+    )
+    grads = sum(_tensor_bytes(p.grad) for p in model.parameters())
+    opt = 0
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            opt += sum(_tensor_bytes(v) for v in state.values() if isinstance(v, torch.Tensor))
+    return {"weights": weights, "grads": grads, "optimizer": opt}
