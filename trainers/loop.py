@@ -50,7 +50,7 @@ from trainers.critic import score_values
 from trainers.data import PromptSampler, load_items, stratify_key
 from trainers.distributed import DistContext, init_distributed, resolve_device
 from trainers.evaluation import EvalResult, evaluate
-from trainers.memory import GB, PhasePeak, peak_bytes, release_free_memory, reset_peak, rss_bytes, state_bytes
+from trainers.memory import GB, PhasePeak, release_free_memory, rss_bytes, state_bytes
 from trainers.metrics import MetricsLogger, plot_metrics
 from trainers.models import Learner, build_learner
 from trainers.resume import RunFiles, open_run, restore, save
@@ -146,9 +146,8 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
     try:
         for step in range(start_step + 1, cfg.steps + 1):
             t_step = time.perf_counter()
-            reset_peak()
-            rb = rollouts.get(step) if rollouts is not None else produce(step, step - 1)
-            rollout_peak = peak_bytes()
+            with PhasePeak() as rollout_mem:
+                rb = rollouts.get(step) if rollouts is not None else produce(step, step - 1)
             wait_s = time.perf_counter() - t_step
             sampler_state = rb.sampler_state
             if dist.is_main:
@@ -170,7 +169,7 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
                     metrics.update(_update(learner, trainable, no_loss, left_out))
                 else:  # every group flat: no signal, no update (the schedule follows optimizer updates)
                     metrics["skipped_update"] = 1
-            metrics = {**_memory_metrics(learner, rollout_peak, train_mem.peak), **metrics}
+            metrics = {**_memory_metrics(learner, rollout_mem.peak, train_mem.peak), **metrics}
             if rollouts is not None:
                 rollouts.publish(step)
             metrics["step_seconds"] = time.perf_counter() - t_step
@@ -199,8 +198,9 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
 
 
 def _memory_metrics(learner: Learner, rollout_peak: int, train_peak: int) -> dict[str, float]:
-    """Where the step's memory was (GB): the resident peak of its rollouts (in asynchronous mode
-    the producer's, overlapping the previous update) and of its update, the resident size once
+    """Where the step's memory was (GB): the resident peak while it waited for its rollouts (in
+    asynchronous mode the producer's, overlapping the previous update, are partly outside it)
+    and during its update, the resident size once
     the update's freed memory is handed back (:func:`trainers.memory.release_free_memory`), the
     trained weights and their optimizer state, and the sampler's prefix store (the update's own
     figure, taken before it emptied the store, takes precedence: see :func:`_update`)."""

@@ -1,20 +1,23 @@
 """Where a run's memory is: the process's resident size and peaks, and the parts the trainer holds.
 
-Linux only for the process figures (``/proc/self``); elsewhere they read 0. A phase's peak is
-measured by resetting the kernel's high-water mark (``VmHWM``, written through
-``/proc/self/clear_refs``) when the phase starts and reading it when it ends, so each step
-reports its own rollout and training peaks rather than the run's maximum so far.
+Linux only for the process figures (``/proc/self``); elsewhere they read 0. A phase's peak
+(:class:`PhasePeak`) is the largest resident size a thread samples every ``interval_s`` while
+the phase runs. The kernel's own high-water mark (``VmHWM``) could be reset per phase through
+``/proc/self/clear_refs``, but that resets it for the whole process, and ``/usr/bin/time -v``
+then reports the last phase's peak instead of the run's (a train step's gigabytes last for
+seconds, so sampling at 20 ms does not miss them).
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["PhasePeak", "peak_bytes", "release_free_memory", "reset_peak", "rss_bytes", "state_bytes"]
+__all__ = ["PhasePeak", "peak_bytes", "release_free_memory", "rss_bytes", "state_bytes"]
 
 GB = 1e9
 
@@ -36,7 +39,7 @@ def rss_bytes() -> int:
 
 
 def peak_bytes() -> int:
-    """The process's resident peak since it started or since the last :func:`reset_peak`."""
+    """The process's resident peak since it started (the kernel's ``VmHWM``)."""
     return _status_kb("VmHWM") * 1024
 
 
@@ -66,21 +69,12 @@ def release_free_memory() -> bool:
     return True
 
 
-def reset_peak() -> bool:
-    """Start a new peak at the current resident size; ``False`` where the kernel does not allow it
-    (then :func:`peak_bytes` keeps the process's maximum so far)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 @dataclass
 class PhasePeak:
     """The resident peak of a stretch of code: ``with PhasePeak() as p: ...; p.peak``."""
 
+    interval_s: float = 0.02
+    """How often the sampling thread reads the resident size."""
     start: int = 0
     """Resident bytes when the phase began."""
     peak: int = 0
@@ -88,14 +82,27 @@ class PhasePeak:
     end: int = 0
     """Resident bytes when it ended."""
 
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak = max(self.peak, rss_bytes())
+
     def __enter__(self) -> PhasePeak:
-        reset_peak()
-        self.start = rss_bytes()
+        self.start = self.peak = rss_bytes()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._sample, name="skyrl-memory-peak", daemon=True)
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
         self.end = rss_bytes()
-        self.peak = max(peak_bytes(), self.start, self.end)
+        self.peak = max(self.peak, self.start, self.end)
 
 
 def _tensor_bytes(t: torch.Tensor | None) -> int:

@@ -1,29 +1,31 @@
 """Memory accounting (trainers.memory) and its figures in a run's metrics log."""
 
 import sys
+import time
 
 import pytest
 import torch
 
-from trainers.memory import PhasePeak, peak_bytes, release_free_memory, reset_peak, rss_bytes, state_bytes
+from trainers.memory import PhasePeak, peak_bytes, release_free_memory, rss_bytes, state_bytes
 from trainers.metrics import read_jsonl
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
 
 
 @linux
-def test_a_phase_peak_sees_a_buffer_freed_inside_it():
+def test_a_phase_peak_sees_a_buffer_freed_inside_it_and_leaves_the_process_peak_alone():
     big = 400 * 2**20
-    with PhasePeak() as before:
-        pass
     with PhasePeak() as phase:
         buf = torch.ones(big // 4, dtype=torch.float32)  # touched: resident
+        time.sleep(0.2)  # several samples
         del buf
     assert phase.peak - phase.start >= 0.9 * big
     assert phase.end < phase.peak  # given back (a large block is its own mapping)
-    assert before.peak - before.start < 0.5 * big  # a fresh phase starts from the current size
-    assert reset_peak()
-    assert peak_bytes() <= rss_bytes() + 64 * 2**20
+    with PhasePeak() as after:
+        time.sleep(0.05)
+    assert after.peak - after.start < 0.5 * big  # a new phase starts from the current size
+    # the kernel's high-water mark is not reset: /usr/bin/time -v still sees the whole run's peak
+    assert peak_bytes() >= phase.peak - 16 * 2**20
 
 
 @linux
