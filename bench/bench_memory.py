@@ -6,8 +6,9 @@ AdamW, bf16 autocast, ``TrainConfig``'s defaults otherwise) on one batch shaped 
 tool task: ``--groups`` prompts of ``--prefix`` tokens, ``--group-size`` episodes each of about
 ``--tokens`` tokens, each with ``--observations`` untrained observations of ``--obs-tokens``
 tokens (random token ids, random advantages). It prints, per step: resident memory before the
-step, the step's resident peak (the kernel's high-water mark reset at the step's start), after
-it, and the seconds; then the last step's peak above its start per computed token of the largest
+step, the step's resident peak (sampled every 20 ms, :class:`trainers.memory.PhasePeak`), after
+it (and after the C heap's free pages are handed back), and the seconds; then the last step's peak above the
+resident size after the first step's release per computed token of the largest
 micro-batch, and each variant's peak and time against the first variant's (the ratio base,
 measured in the same run).
 
