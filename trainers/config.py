@@ -230,6 +230,13 @@ class TrainConfig:
     micro-batch. (The main job's 32 rows compute about 3,000 tokens: one micro-batch, 1.45x
     faster than four of 8 rows in ``bench/bench_train_step.py``; a long-episode recipe's rows are
     split by this bound before memory runs out.)"""
+    release_memory_above: float = 0.5
+    """After an update or an evaluation, hand the C heap's freed pages back to the kernel when the
+    process's resident size is above this fraction of the machine's memory (its cgroup limit if
+    lower): the training thread's freed activations otherwise stay in its arena, out of reach of
+    the sampler's thread, and the next rollouts' memory comes on top (a 6-turn run was killed at
+    24 GB so). Not always, since the next phase must fault the pages in again, which is slow on
+    a small CPU machine. 0: after every update and evaluation; 1: never. Decision 0029."""
     activation_checkpointing: bool = False
     """Keep only each decoder layer's input through the forward and recompute the rest in the
     backward, one layer at a time (:mod:`trainers.checkpointing`; the shared-prefix cache is
@@ -294,6 +301,10 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.release_memory_above < 0:
+            raise ConfigError(
+                f"TrainConfig.release_memory_above must be >= 0 (0: always, 1: never), got {self.release_memory_above}"
+            )
         if self.micro_batch_tokens < 0:
             raise ConfigError(
                 f"TrainConfig.micro_batch_tokens must be >= 0 (0: no token bound), got {self.micro_batch_tokens}"

@@ -50,7 +50,7 @@ from trainers.critic import score_values
 from trainers.data import PromptSampler, load_items, stratify_key
 from trainers.distributed import DistContext, init_distributed, resolve_device
 from trainers.evaluation import EvalResult, evaluate
-from trainers.memory import GB, PhasePeak, release_free_memory, rss_bytes, state_bytes
+from trainers.memory import GB, PhasePeak, release_if_above, rss_bytes, state_bytes
 from trainers.metrics import MetricsLogger, plot_metrics
 from trainers.models import Learner, build_learner
 from trainers.resume import RunFiles, open_run, restore, save
@@ -201,10 +201,10 @@ def _memory_metrics(learner: Learner, rollout_peak: int, train_peak: int) -> dic
     """Where the step's memory was (GB): the resident peak while it waited for its rollouts (in
     asynchronous mode the producer's, overlapping the previous update, are partly outside it)
     and during its update, the resident size once
-    the update's freed memory is handed back (:func:`trainers.memory.release_free_memory`), the
+    the update's freed memory may be handed back (``TrainConfig.release_memory_above``), the
     trained weights and their optimizer state, and the sampler's prefix store (the update's own
     figure, taken before it emptied the store, takes precedence: see :func:`_update`)."""
-    release_free_memory()
+    released = release_if_above(learner.cfg.release_memory_above)
     parts = state_bytes(learner.model, learner.optimizer)
     out = {
         "mem_rollout_peak_gb": rollout_peak / GB,
@@ -212,6 +212,7 @@ def _memory_metrics(learner: Learner, rollout_peak: int, train_peak: int) -> dic
         "mem_rss_gb": rss_bytes() / GB,
         "mem_weights_gb": parts["weights"] / GB,
         "mem_optimizer_gb": parts["optimizer"] / GB,
+        "mem_released": float(released),
     }
     stats = learner.policy.engine_stats() if hasattr(learner.policy, "engine_stats") else None
     if stats is not None:
@@ -356,7 +357,7 @@ def _evaluate(
     """Held-out evaluation at ``step``, logged and printed."""
     cfg = learner.cfg
     res = evaluate(learner.eval_policy, cfg, items, seed=cfg.seed + 1_000_003, dist=learner.dist)
-    release_free_memory()  # the episodes' buffers, before the next phase allocates elsewhere
+    release_if_above(cfg.release_memory_above)  # the episodes' buffers, before the next phase
     if logger is not None:
         logger.log(step, "eval", res.log_record())
     say(

@@ -17,7 +17,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["PhasePeak", "peak_bytes", "release_free_memory", "rss_bytes", "state_bytes"]
+__all__ = [
+    "PhasePeak",
+    "machine_bytes",
+    "peak_bytes",
+    "release_free_memory",
+    "release_if_above",
+    "rss_bytes",
+    "state_bytes",
+]
 
 GB = 1e9
 
@@ -67,6 +75,44 @@ def release_free_memory() -> bool:
         return False
     _libc.malloc_trim(0)
     return True
+
+
+def machine_bytes() -> int:
+    """The memory this process may use: the machine's (``MemTotal``), or its cgroup's limit when
+    that is lower; 0 where neither can be read."""
+    total = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit() and (not total or int(limit) < total):
+            total = int(limit)
+    except OSError:
+        pass
+    return total
+
+
+def release_if_above(fraction: float) -> bool:
+    """:func:`release_free_memory` when the resident size is above ``fraction`` of
+    :func:`machine_bytes` (0: always; 1 or more: never); whether it released.
+
+    Not always: pages handed back must be faulted in again by the next phase that allocates,
+    which is slow on this project's 2-core machine (with a release after every update the main
+    job's train steps took 24-48 s against about 15 s in earlier runs, not paired in one sitting;
+    decision 0029)."""
+    if fraction >= 1:
+        return False
+    if fraction > 0:
+        total = machine_bytes()
+        if not total or rss_bytes() <= fraction * total:
+            return False
+    return release_free_memory()
 
 
 @dataclass

@@ -122,3 +122,31 @@ def test_memory_does_not_grow_from_step_to_step(tmp_path):
     assert min(r["turns_mean"] for r in steps) >= 3  # multi-turn: the history grows every turn
     rss = [r["mem_rss_gb"] for r in steps]
     assert rss[19] <= rss[2] * 1.05 + 0.02, rss
+
+
+def test_release_if_above_follows_its_fraction(monkeypatch):
+    import trainers.memory as memory
+    from skyrl_gym.errors import ConfigError
+    from trainers.config import TrainConfig
+
+    calls = []
+    monkeypatch.setattr(memory, "release_free_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(memory, "machine_bytes", lambda: 10 * 2**30)
+    monkeypatch.setattr(memory, "rss_bytes", lambda: 6 * 2**30)
+    assert memory.release_if_above(1.0) is False  # never
+    assert memory.release_if_above(0.7) is False  # 6 of 10 GiB: below
+    assert calls == []
+    assert memory.release_if_above(0.5) is True  # above half the machine
+    assert memory.release_if_above(0.0) is True  # always
+    assert calls == [1, 1]
+    monkeypatch.setattr(memory, "machine_bytes", lambda: 0)  # unknown machine: only when always
+    assert memory.release_if_above(0.5) is False and memory.release_if_above(0.0) is True
+    with pytest.raises(ConfigError, match="release_memory_above"):
+        TrainConfig(release_memory_above=-0.1)
+
+
+@linux
+def test_machine_bytes_is_the_machine_or_its_cgroup():
+    from trainers.memory import machine_bytes
+
+    assert 2**30 <= machine_bytes() <= 2**50
