@@ -354,6 +354,11 @@ def compute_advantages(
     estimators only). Missing inputs raise :class:`ConfigError` saying which.
     """
     kind = parse_choice(AdvantageEstimator, name)
+    if kind in (AdvantageEstimator.GIGPO, AdvantageEstimator.MT_GRPO):
+        raise ConfigError(
+            f"{kind.value!r} needs each episode's turns (spans, rewards, states), not token tensors: "
+            "use trainers.turn_advantages.turn_level_advantages"
+        )
 
     def need(value: torch.Tensor | None, what: str) -> torch.Tensor:
         if value is None:
@@ -399,9 +404,9 @@ def episode_advantages(
     ``dr_grpo``, ``rloo``; ``reinforce_pp`` whitens the episode rewards over the batch); ``gae``
     needs per-token values and raises :class:`ConfigError`."""
     kind = parse_choice(AdvantageEstimator, name)
-    if kind == AdvantageEstimator.GAE:
+    if kind in (AdvantageEstimator.GAE, AdvantageEstimator.GIGPO, AdvantageEstimator.MT_GRPO):
         raise ConfigError(
-            "per-episode advantages need an outcome estimator (grpo, dr_grpo, rloo, reinforce_pp), not gae"
+            f"per-episode advantages need an outcome estimator (grpo, dr_grpo, rloo, reinforce_pp), not {kind.value}"
         )
     rewards_E = rewards_E.to(torch.float32)
     ones_E1 = torch.ones(rewards_E.shape[0], 1)  # E x 1: each episode as one "token"

@@ -152,7 +152,14 @@ class TrainConfig:
     entropy_coef: float = 0.0
     """Entropy bonus coefficient."""
     gamma: float = 1.0
-    """Discount over turns for per-turn rewards (REINFORCE++)."""
+    """Discount over turns for per-turn rewards (REINFORCE++; the turn returns of ``gigpo`` and
+    ``mt_grpo``)."""
+    turn_advantage_coef: float = 1.0
+    """``gigpo``: the weight of the step-group advantage; ``mt_grpo``: the weight of the per-turn
+    process advantage (both added to the episode's; see :mod:`trainers.turn_advantages`)."""
+    gigpo_anchor: Literal["observation", "history"] = "observation"
+    """``gigpo``: a turn's state is the observation just before it (GiGPO's anchor) or the whole
+    history before it (only token-identical histories share a state)."""
     gae_lambda: float = 1.0
     """GAE: the lambda of generalized advantage estimation (with ``gamma``; 1.0 is LLM practice)."""
     value_coef: float = 0.5
@@ -317,13 +324,23 @@ class TrainConfig:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if self.lr_schedule not in ("constant", "linear", "cosine"):
             raise ConfigError(f"unknown lr_schedule {self.lr_schedule!r}; use constant, linear or cosine")
-        if self.group_size < 2 and self.advantage in ("grpo", "dr_grpo", "rloo"):
+        if self.group_size < 2 and self.advantage in ("grpo", "dr_grpo", "rloo", "gigpo", "mt_grpo"):
             raise ConfigError(f"{self.advantage} needs group_size >= 2 (a baseline from the other samples)")
         if (self.step_wise or self.context_strategy != "stop") and self.advantage == "gae":
             raise ConfigError(
                 "step-wise samples (step_wise, or a context_strategy that rewrites the history) take "
                 "their episode's advantage, which needs an outcome estimator: use grpo, dr_grpo, rloo "
                 "or reinforce_pp, not gae"
+            )
+        if (self.step_wise or self.context_strategy != "stop") and self.advantage in ("gigpo", "mt_grpo"):
+            raise ConfigError(
+                f"{self.advantage} gives each turn of an append-only episode its own advantage; it runs "
+                "neither with step_wise nor with a context_strategy that rewrites the history: drop "
+                "--step-wise / use --context-strategy stop, or an outcome estimator (grpo, dr_grpo, rloo)"
+            )
+        if self.advantage in ("gigpo", "mt_grpo") and not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError(
+                f"{self.advantage} discounts turn returns by gamma, which must be in [0, 1], got {self.gamma}"
             )
         from skyrl_agent.context import check_context_strategy
 

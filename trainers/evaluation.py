@@ -46,6 +46,11 @@ class EvalResult:
     env_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     """The env's per-episode metrics averaged over the episodes (numbers and true/false ones,
     e.g. ``search``'s ``answer_supported``); in the metrics log as ``env/<name>``."""
+    turns_mean: float = 0.0
+    """Policy turns per episode."""
+    turns_success_mean: float | None = None
+    """Policy turns per successful episode (None: none succeeded): a multi-turn task's check that
+    success did not come from a shortcut with fewer turns than the task needs."""
     per_prompt: dict[str, float] = dataclasses.field(default_factory=dict)
     """Success rate of each held-out row, by prompt id (in ``summary.json``, not the metrics log),
     for breakdowns by a row's kind and for paired before/after comparisons."""
@@ -77,6 +82,7 @@ def evaluate(
         progress_every_s=30.0,
     )
     good = [t for t in trajs if not t.masked]
+    won = [t for t in good if episode_success(t)]
     by_prompt: dict[str, list[float]] = defaultdict(list)
     for t in good:
         by_prompt[t.prompt_id].append(float(episode_success(t)))
@@ -95,6 +101,8 @@ def evaluate(
         masked=len(trajs) - len(good),
         seconds=time.perf_counter() - start,
         env_metrics=default_aggregate_metrics([t.env_metrics for t in good]),
+        turns_mean=sum(t.num_turns for t in good) / len(good) if good else 0.0,
+        turns_success_mean=sum(t.num_turns for t in won) / len(won) if won else None,
         per_prompt={pid: sum(v) / len(v) for pid, v in by_prompt.items()},
     )
 

@@ -54,10 +54,11 @@ from trainers.memory import GB, PhasePeak, release_if_above, rss_bytes, state_by
 from trainers.metrics import MetricsLogger, plot_metrics
 from trainers.models import Learner, build_learner
 from trainers.resume import RunFiles, open_run, restore, save
-from trainers.rollouts import rollout_metrics, rollout_step, select_trainable
+from trainers.rollouts import by_turn, rollout_metrics, rollout_step, select_trainable
 from trainers.shaping import is_truncated, shape_overlong
 from trainers.step import train_step
 from trainers.trackers import open_trackers
+from trainers.turn_advantages import turn_level_advantages
 from trainers.types import LossReduction, parse_choice
 
 __all__ = ["TrainResult", "train"]
@@ -155,7 +156,9 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
             shaped, shaping = shape_overlong(
                 rb.trajectories, cfg.max_context_tokens, cfg.overlong_buffer, cfg.overlong_penalty
             )
-            good, flat, trainable = select_trainable(shaped, cfg.skip_equal_reward_groups)
+            good, flat, trainable = select_trainable(
+                shaped, cfg.skip_equal_reward_groups, by_turn(cfg.advantage)
+            )
             metrics = rollout_metrics(
                 rb, [t for t in rb.trajectories if not t.masked], flat, step=step, wait_s=wait_s
             )
@@ -303,6 +306,15 @@ def _update(
             torch.tensor([t.group_id for t in trainable]),
         ).to(batch.mask_BT.device)
         batch.advantages_BT = adv_E[torch.tensor(owner, device=adv_E.device)][:, None] * batch.mask_BT
+    elif by_turn(cfg.advantage):  # each turn its own advantage (trainers.turn_advantages)
+        batch.advantages_BT = turn_level_advantages(
+            cfg.advantage,
+            trainable,
+            batch.mask_BT,
+            gamma=cfg.gamma,
+            coef=cfg.turn_advantage_coef,
+            anchor=cfg.gigpo_anchor,
+        )
     else:
         if learner.critic is not None:
             batch.old_values_BT = score_values(
@@ -362,7 +374,7 @@ def _evaluate(
         logger.log(step, "eval", res.log_record())
     say(
         f"[eval] step {step}: held-out success {res.success:.3f} +/- {res.success_se:.3f} "
-        f"({res.episodes} episodes, reward {res.reward_mean:.3f}, {res.seconds:.0f}s)"
+        f"({res.episodes} episodes, reward {res.reward_mean:.3f}, {res.turns_mean:.1f} turns, {res.seconds:.0f}s)"
     )
     return res
 

@@ -134,24 +134,36 @@ def _informative_groups(trajs: Sequence[Trajectory], cfg: TrainConfig) -> set[in
     """Ids of the groups that would train: not all masked, rewards (as shaped) not all equal."""
     shaped, _ = shape_overlong(trajs, cfg.max_context_tokens, cfg.overlong_buffer, cfg.overlong_penalty)
     good = [t for t in shaped if not t.masked]
-    return {t.group_id for t in good} - _equal_reward_groups(good)
+    return {t.group_id for t in good} - _equal_reward_groups(good, by_turn(cfg.advantage))
 
 
-def _equal_reward_groups(trajs: Sequence[Trajectory]) -> set[int]:
-    groups: dict[int, list[float]] = defaultdict(list)
+def by_turn(advantage: str) -> bool:
+    """Whether estimator ``advantage`` gives turns their own advantages (so a group is flat only
+    when its episodes' turn rewards are equal turn by turn, not just their totals)."""
+    return advantage in ("gigpo", "mt_grpo")
+
+
+def _equal_reward_groups(trajs: Sequence[Trajectory], turns: bool = False) -> set[int]:
+    groups: dict[int, list[Trajectory]] = defaultdict(list)
     for t in trajs:
-        groups[t.group_id].append(t.reward)
-    return {g for g, r in groups.items() if len(r) < 2 or max(r) - min(r) < 1e-9}
+        groups[t.group_id].append(t)
+    flat = set()
+    for g, members in groups.items():
+        r = [t.reward for t in members]
+        if len(r) < 2 or max(r) - min(r) < 1e-9:
+            if not turns or len({tuple(round(x, 9) for x in t.turn_rewards) for t in members}) == 1:
+                flat.add(g)
+    return flat
 
 
 def select_trainable(
-    trajs: Sequence[Trajectory], skip_equal_reward_groups: bool
+    trajs: Sequence[Trajectory], skip_equal_reward_groups: bool, turns: bool = False
 ) -> tuple[list[Trajectory], set[int], list[Trajectory]]:
     """``(good, flat, trainable)``: the episodes not masked, the ids of the groups whose rewards
-    are all equal (when ``skip_equal_reward_groups``; else none), and the good episodes outside
-    those groups."""
+    are all equal (when ``skip_equal_reward_groups``; else none; with ``turns``, their turn
+    rewards equal turn by turn, see :func:`by_turn`), and the good episodes outside those groups."""
     good = [t for t in trajs if not t.masked]
-    flat = _equal_reward_groups(good) if skip_equal_reward_groups else set()
+    flat = _equal_reward_groups(good, turns) if skip_equal_reward_groups else set()
     return good, flat, [t for t in good if t.group_id not in flat]
 
 

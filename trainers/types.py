@@ -68,6 +68,12 @@ class AdvantageEstimator(StrEnum):
     """Token-level discounted returns, whitened over the batch (REINFORCE++, Hu 2025)."""
     GAE = "gae"
     """Generalized advantage estimation with a critic (Schulman et al. 2016), for PPO."""
+    GIGPO = "gigpo"
+    """GRPO plus step groups of turns taken from equal anchor states (GiGPO, Feng et al. 2025);
+    see :mod:`trainers.turn_advantages`."""
+    MT_GRPO = "mt_grpo"
+    """The outcome's group advantage plus each turn's process rewards normalized per turn index
+    (MT-GRPO, Zeng et al. 2025, extended to k turns); see :mod:`trainers.turn_advantages`."""
 
 
 class PolicyLossType(StrEnum):
