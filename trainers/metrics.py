@@ -94,7 +94,7 @@ _PANELS = (
     ("entropy", "entropy (nats/token)"),
     ("response_tokens_mean", "generated tokens per episode"),
     ("tokens_per_s", "training throughput (tokens/s)"),
-    ("turns_mean", "turns per episode (train batch)"),
+    ("turns_mean", "turns per episode (train batch; held-out)"),
     ("env/*", "env metrics, held-out (per episode, averaged)"),
     ("sampling_rounds|context_rewrites_mean", "sampling rounds / context rewrites per step"),
 )
