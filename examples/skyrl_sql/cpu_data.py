@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,6 +145,12 @@ USER_TEMPLATE = "Database schema:\n{schema}\n\nQuestion: {question}"
 def _build_db(path: Path, dom: Domain, rng: random.Random, rows: int) -> list[tuple[str, str, int]]:
     names = rng.sample(dom.names, rows)
     data = [(n, rng.choice(dom.kinds), rng.randint(dom.low, dom.high)) for n in names]
+    _write_db(path, dom, data)
+    return data
+
+
+def _write_db(path: Path, dom: Domain, data: Sequence[tuple[str, str, int]]) -> None:
+    """Write ``dom``'s one table with ``data`` to the SQLite file ``path`` (replaced whole)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
@@ -158,7 +164,6 @@ def _build_db(path: Path, dom: Domain, rng: random.Random, rows: int) -> list[tu
     finally:
         conn.close()
     tmp.replace(path)
-    return data
 
 
 def _schema(dom: Domain) -> str:
@@ -166,17 +171,25 @@ def _schema(dom: Domain) -> str:
 
 
 def _questions(
-    dom: Domain, data: Sequence[tuple[str, str, int]], rng: random.Random, wording: int, per_shape: int
+    dom: Domain,
+    data: Sequence[tuple[str, str, int]],
+    rng: random.Random,
+    wording: int,
+    per_shape: int,
+    shapes: Sequence[tuple[str, str, str, str]] = SHAPES,
+    words: dict[str, str] | None = None,
 ) -> list[tuple[str, str, str]]:
-    """``(shape, question, gold SQL)`` for one database; ``wording`` 1 is training's, 2 held-out's."""
+    """``(shape, question, gold SQL)`` for one database; ``wording`` 1 is training's, 2 held-out's.
+
+    ``words`` fills more placeholders (of the questions: the gold SQL uses the schema's names)."""
     out = []
     present_kinds = sorted({k for _, k, _ in data})
-    for shape, *texts, sql in SHAPES:
+    for shape, *texts, sql in shapes:
         seen: set[str] = set()
         for _ in range(per_shape if "{v}" in sql or "{n}" in sql else 1):
             fill = {
                 "t": dom.table, "k": dom.key, "c": dom.kind, "a": dom.amount,
-                "v": rng.choice(present_kinds), "n": rng.choice(data)[0],
+                "v": rng.choice(present_kinds), "n": rng.choice(data)[0], **(words or {}),
             }  # fmt: skip
             q = texts[wording - 1].format(**fill)
             if q not in seen:
@@ -229,13 +242,17 @@ def task_rows(
     return rows
 
 
-def write_task(root: str | Path, *, max_turns: int = 3, seed: int = 0) -> tuple[Path, Path]:
+def write_task(
+    root: str | Path, *, max_turns: int = 3, seed: int = 0, make_rows: Callable[..., list[dict]] | None = None
+) -> tuple[Path, Path]:
     """Build every database under ``root`` and write ``root/train.jsonl`` and ``root/eval.jsonl``
-    (the training rows shuffled with ``seed``); returns the two paths."""
+    (the training rows shuffled with ``seed``); returns the two paths. ``make_rows`` (default
+    :func:`task_rows`) builds one split's databases and rows (``hidden_data.py`` passes its own)."""
     root = Path(root)
+    make_rows = make_rows or task_rows
     paths = []
     for split in ("train", "eval"):
-        rows = task_rows(root, split, max_turns=max_turns, seed=seed)
+        rows = make_rows(root, split, max_turns=max_turns, seed=seed)
         random.Random(seed).shuffle(rows)
         path = root / f"{split}.jsonl"
         with open(path, "w", encoding="utf-8") as fh:

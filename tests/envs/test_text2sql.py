@@ -94,6 +94,12 @@ def test_multi_turn_episode_with_observations_and_reward(rows):
         "format_ok": True,
         "truncated": False,
         "grading_error": False,
+        # the failed query was followed by a solution that ran; no schema query in this episode
+        "exploration_queries": 0,
+        "schema_queried": False,
+        "schema_before_use": False,
+        "errors_then_fixed": 1,
+        "recovered": True,
     }
 
 
@@ -397,6 +403,8 @@ def test_a_turn_without_sql_then_the_right_solution_scores_one(tmp_path):
         "tool_name": "sql",
         "tool_input": ("shop", None, 4),
         "error": "no_sql",
+        "schema_queried": False,
+        "uses_table": False,
     }
     assert (last.done, last.reward, last.metadata["reward_kind"]) == (True, 1.0, "correct")
     assert env.get_metrics()["no_sql_turns"] == 1 and env.get_metrics()["format_ok"] is True

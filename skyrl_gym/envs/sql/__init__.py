@@ -7,15 +7,30 @@ row = load_bundled_rows("train")[0]
 env = skyrl_gym.make("text2sql", extras=row)
 messages, _ = env.init(row["prompt"])
 out = env.step("<think>...</think><sql>SELECT COUNT(*) FROM books</sql>")
+
+# the same question with the schema hidden: the model explores it with SQL
+env = skyrl_gym.make("text2sql", env_config={"hide_schema": True}, extras=row)
+messages, _ = env.init(row["prompt"])
+out = env.step("<think>...</think><sql>SELECT name FROM sqlite_master WHERE type = 'table'</sql>")
 """
 
 from skyrl_gym.envs.sql._bundled import bundled_db_dir, bundled_db_ids, bundled_questions
-from skyrl_gym.envs.sql.env import INVALID_ACTION_HINT, LAYOUTS, Text2SQLEnv, resolve_db_file
+from skyrl_gym.envs.sql.env import (
+    INVALID_ACTION_HINT,
+    LAYOUTS,
+    Text2SQLEnv,
+    format_observation,
+    resolve_db_file,
+)
 from skyrl_gym.envs.sql.executor import ReadOnlyDatabase, close_thread_connections, execute, format_result
 from skyrl_gym.envs.sql.prompt import (
+    HIDDEN_SCHEMA_NOTE,
     SYSTEM_PROMPT,
     build_prompt,
     database_schema,
+    format_schema,
+    hidden_schema_block,
+    hide_schema_in_prompt,
     load_bundled_rows,
     make_row,
 )
@@ -23,6 +38,7 @@ from skyrl_gym.envs.sql.reward import check_format, extract_solution, grade, row
 from skyrl_gym.envs.sql.types import ExecutorLimits, Grade, QueryResult, QueryStatus, Text2SQLConfig
 
 __all__ = [
+    "HIDDEN_SCHEMA_NOTE",
     "INVALID_ACTION_HINT",
     "LAYOUTS",
     "SYSTEM_PROMPT",
@@ -42,8 +58,12 @@ __all__ = [
     "database_schema",
     "execute",
     "extract_solution",
+    "format_observation",
     "format_result",
+    "format_schema",
     "grade",
+    "hidden_schema_block",
+    "hide_schema_in_prompt",
     "load_bundled_rows",
     "make_row",
     "resolve_db_file",

@@ -11,7 +11,35 @@ published hint (:data:`INVALID_ACTION_HINT`) as its observation, and the episode
 The metadata of an exploring turn has the published keys ``tool_group``
 (``"SQLCodeExecutorToolGroup"``), ``tool_name`` (``"sql"``) and ``tool_input`` (the tuple
 ``(db_id, query text or None, turns left)``), plus ``status`` and ``error`` when the query did
-not run.
+not run. Every turn's metadata (the last one's too) also has ``schema_queried`` (the SQL the turn
+sent to the database, its query or its solution, reads the schema: ``sqlite_master``,
+``sqlite_schema``, ``PRAGMA table_info``/``table_xinfo``/``table_list`` or a ``pragma_table_info``
+function) and ``uses_table`` (that SQL names a table or view of the database and reads no
+schema); both are read from the SQL's identifiers outside strings and comments. A turn that
+reaches ``max_turns`` without a solution sends nothing (its query is not run).
+
+Hidden schema (``env_config`` ``hide_schema: true``, default false): the prompt names the
+database but not its tables or columns. Rows carry their whole prompt, so the env rewrites the
+row's prompt in :meth:`Text2SQLEnv.init`: a ``Database schema:`` block that shows the database's
+``CREATE`` statements becomes the database's name and one sentence saying that the schema is not
+shown and can be explored with ``SELECT name FROM sqlite_master`` and ``PRAGMA
+table_info(<table>)`` (:func:`~skyrl_gym.envs.sql.prompt.hide_schema_in_prompt`). That covers the
+bundled rows and those of ``examples/skyrl_sql/cpu_data.py``. Rows written hidden by their data
+(``build_prompt(..., hide_schema=True)``, ``examples/skyrl_sql/hidden_data.py``, which also set
+the row's ``env_config``) pass unchanged. A prompt that still shows a ``CREATE`` statement of the
+database after the rewrite raises :class:`~skyrl_gym.errors.ConfigError`; the env does not guess
+at other prompt formats (the published SynSQL prompts, say): write such rows hidden. The executor
+runs these read-only exploration queries in either mode and refuses every write.
+
+Metrics (``get_metrics()``; the same in both modes, since they describe the episode): ``turns``,
+``sql_calls``, ``sql_errors``, ``sql_refused``, ``sql_timeouts``, ``no_sql_turns``, ``solved``
+(reward 1), ``format_ok``, ``truncated``, ``grading_error``; and for exploration:
+``exploration_queries`` (``<sql>`` queries that read the schema, whether or not they ran),
+``schema_queried`` (at least one), ``schema_before_use`` (a schema query came in an earlier turn
+than the first query or solution that uses a table of the database; False when none used one),
+``errors_then_fixed`` (queries that failed, by an error, a refusal or a timeout, and were
+followed later by a query or a graded solution that ran) and ``recovered``
+(``errors_then_fixed`` > 0).
 
 Dataset rows (``extras``) are in the published format: ``db_id``, ``data`` (``synsql``,
 ``spider``, ``bird`` or ``bundled``) and ``reward_spec.ground_truth`` (the gold SQL). The
@@ -30,13 +58,21 @@ from typing import Any
 
 from skyrl_gym.core import BaseTextEnv
 from skyrl_gym.envs.sql._bundled import bundled_db_dir
+from skyrl_gym.envs.sql._queries import names_table, reads_schema
 from skyrl_gym.envs.sql.executor import execute, format_result
 from skyrl_gym.envs.sql.reward import grade
 from skyrl_gym.envs.sql.types import Grade, QueryStatus, Text2SQLConfig
-from skyrl_gym.errors import ConfigError
+from skyrl_gym.errors import ConfigError, SandboxError
 from skyrl_gym.types import BaseTextEnvStepOutput, ConversationType, EnvExample
 
-__all__ = ["Text2SQLEnv", "Text2SQLEnvConfig", "LAYOUTS", "INVALID_ACTION_HINT", "resolve_db_file"]
+__all__ = [
+    "Text2SQLEnv",
+    "Text2SQLEnvConfig",
+    "LAYOUTS",
+    "INVALID_ACTION_HINT",
+    "format_observation",
+    "resolve_db_file",
+]
 
 #: The published name of the env's config (``skyrl_gym.envs.sql.env.Text2SQLEnvConfig``): here it
 #: is :class:`Text2SQLConfig`, whose ``db_path`` defaults to the bundled databases (published:
@@ -62,6 +98,20 @@ INVALID_ACTION_HINT = (
     "Your previous action is invalid. Follow the format of outputting thinking process and sql tool, "
     "and try again."
 )
+_SCHEMA_ROWS = (
+    "SELECT name, sql FROM sqlite_master WHERE type IN ('table', 'view') "
+    "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+)
+
+
+def format_observation(text: str, turns_left: int) -> str:
+    """The content of the observation message that answers a query: ``text`` (the result as
+    :func:`~skyrl_gym.envs.sql.executor.format_result` writes it, or the invalid-action hint)
+    and a reminder of the turns left, as the published env writes it."""
+    return (
+        f"\n\n<observation>{text}\n<reminder>You have {turns_left} turn{'s' if turns_left != 1 else ''} "
+        f"left to complete the task.</reminder></observation>\n\n"
+    )
 
 
 def resolve_db_file(db_id: Any, data: Any, db_path: str | None) -> Path:
@@ -118,6 +168,12 @@ class Text2SQLEnv(BaseTextEnv):
         self._sql_refused = 0
         self._sql_timeouts = 0
         self._no_sql = 0
+        self._tables: frozenset[str] | None = None
+        self._schema_queries = 0
+        self._first_schema_turn: int | None = None
+        self._first_use_turn: int | None = None
+        self._failed_unfixed = 0
+        self._errors_then_fixed = 0
 
     @classmethod
     def bundled_rows(cls, split: str = "train", n: int = 0, seed: int = 0) -> list[dict[str, Any]]:
@@ -148,10 +204,46 @@ class Text2SQLEnv(BaseTextEnv):
         )
 
     def init(self, prompt: ConversationType) -> tuple[ConversationType, dict[str, Any]]:
-        """Start the episode; the prompt is used as given (rows carry the full prompt)."""
-        self.chat_history = list(prompt or [])
+        """Start the episode; the prompt is used as given (rows carry the full prompt), with the
+        database's schema hidden when ``hide_schema`` is on (see the module docstring)."""
+        messages = [dict(m) for m in prompt or []]
+        if self.config.hide_schema:
+            from skyrl_gym.envs.sql.prompt import hide_schema_in_prompt
+
+            rows = self._schema_rows()
+            if rows is None:
+                raise SandboxError(f"cannot read the schema of {self.db_file} to hide it from the prompt")
+            messages = hide_schema_in_prompt(messages, [sql for _, sql in rows if sql], self.db_id)
+            self._tables = frozenset(name.lower() for name, _ in rows)
+        self.chat_history = list(messages)
         self._prompt_len = len(self.chat_history)
-        return list(prompt or []), {"db_id": self.db_id, "max_turns": self.max_turns}
+        info = {"db_id": self.db_id, "max_turns": self.max_turns, "hide_schema": self.config.hide_schema}
+        return messages, info
+
+    def _schema_rows(self) -> list[tuple[str, str | None]] | None:
+        """``(name, CREATE statement)`` of each table and view of the database; None when the
+        database cannot be read."""
+        result = execute(self.db_file, _SCHEMA_ROWS, limits=self.limits, max_rows=100_000)
+        return [(str(name), sql) for name, sql in result.rows] if result.ok else None
+
+    def _note_sql(self, sql: str, *, ran: bool) -> dict[str, bool]:
+        """Record one SQL text sent to the database (a query, or the solution when graded) for
+        the exploration metrics; returns the turn's ``schema_queried`` and ``uses_table``."""
+        if self._tables is None:
+            rows = self._schema_rows()  # None: the query will fail too; no table can be named
+            self._tables = frozenset(name.lower() for name, _ in rows or ())
+        schema = reads_schema(sql)
+        uses = not schema and names_table(sql, self._tables)
+        if schema and self._first_schema_turn is None:
+            self._first_schema_turn = self.turns
+        if uses and self._first_use_turn is None:
+            self._first_use_turn = self.turns
+        if ran:
+            self._errors_then_fixed += self._failed_unfixed
+            self._failed_unfixed = 0
+        else:
+            self._failed_unfixed += 1
+        return {"schema_queried": schema, "uses_table": uses}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """One model turn: run its ``<sql>`` query or grade its ``<solution>``."""
@@ -174,6 +266,7 @@ class Text2SQLEnv(BaseTextEnv):
             self._no_sql += 1
             text = INVALID_ACTION_HINT
             metadata["error"] = "no_sql"
+            metadata.update(schema_queried=False, uses_table=False)
         else:
             sql = match.group(1).strip()
             result = execute(self.db_file, sql, limits=self.limits, count_up_to=self.limits.count_rows_up_to)
@@ -187,12 +280,10 @@ class Text2SQLEnv(BaseTextEnv):
             metadata["status"] = str(result.status)
             if not result.ok:
                 metadata["error"] = str(result.status)
+            metadata.update(self._note_sql(sql, ran=result.ok))
+            self._schema_queries += metadata["schema_queried"]
             text = format_result(result, self.limits)
-        content = (
-            f"\n\n<observation>{text}\n<reminder>You have {turns_left} turn{'s' if turns_left != 1 else ''} "
-            f"left to complete the task.</reminder></observation>\n\n"
-        )
-        observation = {"role": "user", "content": content}
+        observation = {"role": "user", "content": format_observation(text, turns_left)}
         self.chat_history.append(observation)
         return BaseTextEnvStepOutput(
             observations=[observation], reward=0.0, done=False, metadata=metadata, truncated=False
@@ -221,14 +312,22 @@ class Text2SQLEnv(BaseTextEnv):
         if g.grading_error:
             metadata["error"] = "grading_error"
             metadata["grading_error"] = g.grading_error
+        if g.solution_sql is not None and g.predicted is not None:  # a malformed one is not run
+            metadata.update(self._note_sql(g.solution_sql, ran=g.predicted.ok))
+        else:
+            metadata.update(schema_queried=False, uses_table=False)
         return BaseTextEnvStepOutput(
             observations=[], reward=g.reward, done=True, metadata=metadata, truncated=truncated
         )
 
     def get_metrics(self) -> dict[str, Any]:
         """``sql_calls``, ``sql_errors``, ``sql_refused``, ``sql_timeouts``, ``no_sql_turns``,
-        ``turns``, ``solved`` (reward 1), ``format_ok``, ``truncated`` and ``grading_error``."""
+        ``turns``, ``solved`` (reward 1), ``format_ok``, ``truncated``, ``grading_error`` and the
+        exploration metrics ``exploration_queries``, ``schema_queried``, ``schema_before_use``,
+        ``errors_then_fixed`` and ``recovered`` (see the module docstring)."""
         g = self.grade
+        first_schema, first_use = self._first_schema_turn, self._first_use_turn
+        explored_first = first_schema is not None and first_use is not None and first_schema < first_use
         return {
             "turns": self.turns,
             "sql_calls": self._sql_calls,
@@ -240,4 +339,9 @@ class Text2SQLEnv(BaseTextEnv):
             "format_ok": bool(g is not None and g.format_ok),
             "truncated": bool(g is not None and g.solution_sql is None and self.turns >= self.max_turns),
             "grading_error": bool(g is not None and g.grading_error),
+            "exploration_queries": self._schema_queries,
+            "schema_queried": self._schema_queries > 0,
+            "schema_before_use": explored_first,
+            "errors_then_fixed": self._errors_then_fixed,
+            "recovered": self._errors_then_fixed > 0,
         }

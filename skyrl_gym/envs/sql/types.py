@@ -141,6 +141,10 @@ class Text2SQLConfig:
     ignored). ``multiset``: order ignored, duplicates counted."""
     limits: ExecutorLimits = field(default_factory=ExecutorLimits)
     """Executor limits (deadlines, row and character caps, heap limit)."""
+    hide_schema: bool = False
+    """Hide the database's tables and columns from the prompt: the env replaces the schema block
+    of the row's prompt with one sentence that names the database and says how to explore it
+    with SQL (``sqlite_master``, ``PRAGMA table_info``). See :mod:`skyrl_gym.envs.sql.env`."""
 
     def __post_init__(self) -> None:
         from skyrl_gym.errors import ConfigError
@@ -151,6 +155,12 @@ class Text2SQLConfig:
             raise ConfigError(f"max_turns must be an int >= 1, got {self.max_turns!r}")
         if self.row_match not in ("set", "multiset"):
             raise ConfigError(f"row_match must be 'set' or 'multiset', got {self.row_match!r}")
+        if not isinstance(self.hide_schema, bool):
+            raise ConfigError(
+                f"text2sql env_config hide_schema must be true or false, got {self.hide_schema!r}; "
+                "set hide_schema: true (--env-config hide_schema=true) to hide the schema from the "
+                "prompt, or leave it out to show it"
+            )
 
     @classmethod
     def from_sources(cls, env_config: Any, extras: Mapping[str, Any]) -> Text2SQLConfig:
@@ -195,7 +205,18 @@ class Text2SQLConfig:
             max_turns=int(max_turns) if isinstance(max_turns, str) and max_turns.isdigit() else max_turns,
             row_match=config_get(env_config, "row_match", "set"),
             limits=ExecutorLimits(**limit_values),
+            hide_schema=_as_bool(config_get(env_config, "hide_schema", False)),
         )
+
+
+def _as_bool(value: Any) -> Any:
+    """``true``/``false`` (any case) and 0/1 as bools, as ``--env-config`` and YAML files write
+    them; anything else is returned as is, for ``__post_init__`` to refuse by name."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    return value
 
 
 @dataclass(frozen=True)
