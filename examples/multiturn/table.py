@@ -1,0 +1,141 @@
+"""The comparison table of the multi-turn recipes, built from committed run results.
+
+Each run is a folder ``results/multiturn/<env>-<estimator>-seed<S>/`` holding its run's
+``summary.json`` and ``metrics.jsonl`` (copied by ``--collect RUN_DIR``). The table has one row
+per run (every seed, failures included) and one mean row per (env, estimator)::
+
+    python examples/multiturn/table.py --collect /tmp/mt/kv-grpo-s0 --name kvchain-grpo-seed0
+    python examples/multiturn/table.py --write      # the table in docs/multiturn-comparison.md
+
+``tests/docs/test_multiturn_table.py`` checks that the page holds what this prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "results" / "multiturn"
+PAGE = ROOT / "docs" / "multiturn-comparison.md"
+START, END = "<!-- table: examples/multiturn/table.py -->", "<!-- end of table -->"
+
+#: the per-turn metric of each env (held-out, per episode), reported before -> after
+PER_TURN = {"kvchain": "hops_followed", "bisect": "consistent_guesses", "text2sql": "schema_before_use"}
+
+
+def collect(run_dir: Path, name: str) -> Path:
+    """Copy ``run_dir``'s summary, metrics log and plot to ``results/multiturn/<name>``."""
+    out = RESULTS / name
+    out.mkdir(parents=True, exist_ok=True)
+    for f in ("summary.json", "metrics.jsonl", "metrics.png", "config.json"):
+        if (run_dir / f).exists():
+            shutil.copy(run_dir / f, out / f)
+    summary = json.loads((out / "summary.json").read_text())
+    summary.pop("plot", None)  # a path on the machine that ran it
+    for key in ("baseline", "final"):  # per-row success is in metrics; keep the file small
+        if summary.get(key):
+            summary[key].pop("per_prompt", None)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def _run_row(folder: Path) -> dict:
+    summary = json.loads((folder / "summary.json").read_text())
+    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else {}
+    before, after = summary["baseline"], summary["final"]
+    metric = PER_TURN.get(summary["env"], "")
+    se = math.hypot(before["success_se"], after["success_se"])
+    return {
+        "run": folder.name,
+        "env": summary["env"],
+        "advantage": config.get("advantage", "?"),
+        "seed": config.get("seed", "?"),
+        "before": before["success"],
+        "before_se": before["success_se"],
+        "after": after["success"],
+        "after_se": after["success_se"],
+        "gain_se": (after["success"] - before["success"]) / se if se > 0 else float("nan"),
+        "metric": metric,
+        "metric_before": before["env_metrics"].get(metric),
+        "metric_after": after["env_metrics"].get(metric),
+        "turns_before": before.get("turns_mean"),
+        "turns_after": after.get("turns_mean"),
+        "turns_won_after": after.get("turns_success_mean"),
+        "minutes": summary["seconds"] / 60,
+    }
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def table(results: Path = RESULTS) -> str:
+    rows = [_run_row(f) for f in sorted(results.iterdir()) if (f / "summary.json").exists()]
+    lines = [
+        "| run | env | estimator | seed | held-out success before -> after | gain (SE) | per-turn metric before -> after "
+        "| turns per episode before -> after | turns per success after | minutes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['run']} | {r['env']} | {r['advantage']} | {r['seed']} "
+            f"| {_f(r['before'])} +/- {_f(r['before_se'])} -> {_f(r['after'])} +/- {_f(r['after_se'])} "
+            f"| {_f(r['gain_se'], 1)} | {r['metric']} {_f(r['metric_before'], 2)} -> {_f(r['metric_after'], 2)} "
+            f"| {_f(r['turns_before'], 2)} -> {_f(r['turns_after'], 2)} | {_f(r['turns_won_after'], 2)} "
+            f"| {_f(r['minutes'], 1)} |"
+        )
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["env"], r["advantage"]), []).append(r)
+    lines += [
+        "",
+        "| env | estimator | seeds | held-out success after, mean +/- SE over seeds | gain, mean over seeds |",
+        "|---|---|---|---|---|",
+    ]
+    for (env, adv), rs in sorted(groups.items()):
+        after = [r["after"] for r in rs]
+        mean = sum(after) / len(after)
+        se = (
+            math.sqrt(sum((a - mean) ** 2 for a in after) / (len(after) - 1) / len(after))
+            if len(after) > 1
+            else None
+        )
+        gain = sum(r["after"] - r["before"] for r in rs) / len(rs)
+        lines.append(f"| {env} | {adv} | {len(rs)} | {_f(mean)} +/- {_f(se)} | {gain:+.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def page_with_table(text: str, body: str) -> str:
+    """``text`` (the page) with the part between the markers replaced by ``body``."""
+    if START not in text or END not in text:
+        raise ValueError(f"{PAGE} lacks the markers {START!r} and {END!r}")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{body}{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--collect", type=Path, default=None, help="a finished run directory to copy in")
+    ap.add_argument("--name", default=None, help="its folder name: <env>-<estimator>-seed<S>")
+    ap.add_argument("--write", action="store_true", help=f"write the table into {PAGE.relative_to(ROOT)}")
+    args = ap.parse_args(argv)
+    if args.collect is not None:
+        if not args.name:
+            ap.error("--collect needs --name")
+        print(collect(args.collect, args.name), file=sys.stderr)
+        return 0
+    if args.write:
+        PAGE.write_text(page_with_table(PAGE.read_text(encoding="utf-8"), table()), encoding="utf-8")
+        return 0
+    sys.stdout.write(table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
