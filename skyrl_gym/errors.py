@@ -52,8 +52,9 @@ class RegistrationError(SkyRLError, ValueError):
     """An environment id was registered twice, or an entry point is malformed."""
 
 
-class EnvNotFoundError(SkyRLError, KeyError):
-    """No environment is registered under the requested id."""
+class EnvNotFoundError(ConfigError, KeyError):
+    """No environment is registered under the requested id (a :class:`ConfigError`: the id the
+    user gave, on the command line or in a dataset row, names no env)."""
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
@@ -97,6 +98,13 @@ class InfrastructureError(SkyRLError, RuntimeError):
     episode as failed and masks it, never scoring it 0. No side channel is needed: a tool just
     lets the error raise. Subclass it for a new kind of infrastructure failure; raise anything
     else for what the model can fix (the executor shows that to the model)."""
+
+
+class EpisodesFailedError(SkyRLError, RuntimeError):
+    """Every episode of a batch failed before it could be scored (all masked): a training run
+    stops with this instead of going on with nothing to train on or evaluate. Its message names
+    the most common failure, which usually says what to fix (an env that cannot be built, a
+    server that is not running). Failures that hit only some episodes stay masked."""
 
 
 class SandboxError(InfrastructureError):

@@ -94,3 +94,13 @@ class LogsEnv(BaseTextEnv):
             {"id": f"{split}-{i}", "prompt": [{"role": "user", "content": f"Read the logs of job {i}."}]}
             for i in range(n or 20)
         ]
+
+
+class BrokenSetupEnv(BaseTextEnv):
+    """An env whose set-up always fails the way a missing dependency does: every episode is lost."""
+
+    def init(self, prompt):  # noqa: ANN001, ANN201 - the published signature
+        raise ModuleNotFoundError("No module named 'my_missing_dependency'")
+
+    def step(self, action):  # noqa: ANN001, ANN201
+        raise AssertionError("never reached")

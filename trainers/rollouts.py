@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,13 +21,14 @@ from skyrl_agent.engine import RolloutEngine
 from skyrl_agent.evaluation import episode_success
 from skyrl_agent.tasks import with_env_config
 from skyrl_agent.types import PromptItem, RolloutConfig, SamplingParams, Trajectory
+from skyrl_gym.errors import EpisodesFailedError
 from trainers.async_rollouts import RolloutBatch
 from trainers.config import TrainConfig, parse_env_config
 from trainers.data import PromptSampler
 from trainers.distributed import SINGLE, DistContext
 from trainers.shaping import shape_overlong
 
-__all__ = ["rollout_config", "play", "rollout_step", "select_trainable", "rollout_metrics"]
+__all__ = ["rollout_config", "play", "rollout_step", "select_trainable", "rollout_metrics", "check_not_all_failed"]
 
 
 def rollout_config(cfg: TrainConfig, n_samples: int, seed: int) -> RolloutConfig:
@@ -75,7 +76,25 @@ def play(
     )
     for t in own:  # group ids over the whole list, not this rank's shard
         t.group_id += mine.start
-    return [t for part in dist.all_gather_objects(own) for t in part]
+    trajs = [t for part in dist.all_gather_objects(own) for t in part]
+    check_not_all_failed(trajs)
+    return trajs
+
+
+def check_not_all_failed(trajs: Sequence[Trajectory]) -> None:
+    """Raise :class:`EpisodesFailedError` when every one of ``trajs`` (at least one) was lost to
+    a failure: training or evaluating on nothing would hide it. Its message counts the failures
+    by their first line, most common first."""
+    if not trajs or not all(t.masked for t in trajs):
+        return
+    kinds = Counter((t.error or "no error recorded").splitlines()[0][:300] for t in trajs)
+    listed = "; ".join(f"{n} x {err}" for err, n in kinds.most_common(3))
+    raise EpisodesFailedError(
+        f"all {len(trajs)} episodes failed before they could be scored, so there is nothing to train on "
+        f"or evaluate: {listed}. Fix that cause (an env that cannot be built or a server that does not "
+        "answer fails every episode) and run again; a failure that hits only some episodes is masked "
+        "and the run goes on"
+    )
 
 
 def rollout_step(
