@@ -296,6 +296,7 @@ def _update(
     owner = [i for i, _ in pairs]  # the episode of each sample
     samples = [s for _, s in pairs] if per_step else trainable
     batch = collate(samples, pad_id=learner.policy.pad_token_id).to(dist.device)
+    turn_stats: dict[str, float] = {}
     if no_loss and any(no_loss):
         rows = [no_loss[i] for i in owner] if per_step else no_loss
         batch.mask_BT[torch.tensor(rows, device=batch.mask_BT.device)] = 0.0
@@ -314,6 +315,7 @@ def _update(
             gamma=cfg.gamma,
             coef=cfg.turn_advantage_coef,
             anchor=cfg.gigpo_anchor,
+            stats=turn_stats,
         )
     else:
         if learner.critic is not None:
@@ -346,7 +348,7 @@ def _update(
         dist=dist,
         critic=learner.critic,
     )
-    metrics: dict[str, Any] = {**stats.as_dict(), "train_seconds": stats.seconds}
+    metrics: dict[str, Any] = {**stats.as_dict(), **turn_stats, "train_seconds": stats.seconds}
     if store_bytes is not None:  # what the rollouts left in the prefix store
         metrics["mem_prefix_store_gb"] = store_bytes / GB
     if left_out:

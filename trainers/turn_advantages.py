@@ -290,12 +290,26 @@ def turn_level_advantages(
     gamma: float = 1.0,
     coef: float = 1.0,
     anchor: AnchorKind = "observation",
+    stats: dict[str, float] | None = None,
 ) -> torch.Tensor:
     """Token advantages of ``trajectories`` (the rows of a batch collated from them, in order)
     under ``name`` (``"gigpo"`` or ``"mt_grpo"``); ``coef`` is GiGPO's step weight or MT-GRPO's
-    turn coefficient."""
+    turn coefficient. ``stats``, when given, receives what the step's log needs to tell whether
+    the turn-level term did anything: ``turn_shared_state_fraction`` (GiGPO: the share of turns
+    whose step group has another member) and ``turn_process_reward_mean`` (MT-GRPO: process
+    reward per turn)."""
     turns = [episode_turns(t, anchor) for t in trajectories]
     group_ids = [int(t.group_id) for t in trajectories]
+    if stats is not None:
+        sizes: dict[tuple[int, Hashable], int] = defaultdict(int)
+        for g, x in zip(group_ids, turns, strict=True):
+            for state in x.anchors:
+                sizes[(g, state)] += 1
+        n_turns = sum(len(x.anchors) for x in turns)
+        shared = sum(n for n in sizes.values() if n > 1)
+        stats["turn_shared_state_fraction"] = shared / n_turns if n_turns else 0.0
+        process = [r for x in turns for r in x.process_rewards]
+        stats["turn_process_reward_mean"] = sum(process) / len(process) if process else 0.0
     if name == "gigpo":
         per_turn = gigpo_advantages(
             [x.turn_rewards for x in turns],

@@ -203,7 +203,10 @@ def test_turn_level_advantages_through_collate():
     expect = turns_to_tokens(per_turn, [t.turn_spans for t in trajs], [2, 2], batch.mask_BT)
     assert torch.equal(out, expect) and out[0, 2].item() > out[0, 6].item() > 0
     assert (out[batch.mask_BT == 0] == 0).all()
-    gigpo = turn_level_advantages("gigpo", trajs, batch.mask_BT)
+    stats: dict[str, float] = {}
+    gigpo = turn_level_advantages("gigpo", trajs, batch.mask_BT, stats=stats)
+    # the prompt is shared (2 of 4 turns), the two second turns saw different observations
+    assert stats == {"turn_shared_state_fraction": 0.5, "turn_process_reward_mean": pytest.approx(0.025)}
     # both share the prompt (step group = the whole group), then different observations
     assert gigpo[0, 2].item() == pytest.approx(2 * gigpo[0, 6].item(), abs=1e-5)
     with pytest.raises(ConfigError, match="gigpo"):
@@ -260,3 +263,4 @@ def test_training_on_kvchain_with_turn_level_advantages(tmp_path, advantage):
     logged = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
     assert sum(t["num_turns"] for t in logged) > len(logged)  # the random model's replies take several turns
     assert all(r["num_sequences"] == 8 for r in steps)
+    assert all(0.0 <= r["turn_shared_state_fraction"] <= 1.0 for r in steps)
