@@ -6,6 +6,12 @@
     skyrl rollout --env text2sql --n 4 --concurrency 8 --out runs/sql.jsonl
     skyrl rollout --env my_env --prompts data.jsonl --model ./my-model --max-turns 4
     skyrl eval --env calculator --num-prompts 32 --n 4 --temperature 0.8 --success-threshold 0.8
+    skyrl eval --env my_pkg.envs:MyEnv --prompts rows.parquet --model ./my-model
+    skyrl rollout --import my_envs --env my_task --prompts rows.jsonl --out runs/mine.jsonl
+
+``--env`` takes a registered id or your own env class as ``package.module:Class`` (importable
+from the current directory); ``--import MODULE`` (repeatable) imports a module that registers
+envs before the env is looked up (:mod:`skyrl_gym.user_envs`).
 
 The model defaults to the bundled SmolLM2-135M-Instruct; prompts default to the env's
 ``example()``. The output format follows the extension (``.jsonl`` or ``.parquet``). A summary
@@ -20,6 +26,11 @@ from pathlib import Path
 
 __all__ = ["add_rollout_command", "add_eval_command", "add_rollout_arguments", "run_rollout"]
 
+_ENV_HELP = (
+    "registered env id (see `skyrl envs`), or your own env class as package.module:Class "
+    "(importable from the current directory)"
+)
+
 
 def add_rollout_command(subparsers: argparse._SubParsersAction) -> None:
     """Add ``skyrl rollout`` (the entry point declared in pyproject under ``skyrl.cli``)."""
@@ -32,7 +43,7 @@ def add_rollout_command(subparsers: argparse._SubParsersAction) -> None:
     add_rollout_arguments(p)
     p.add_argument(
         "--env",
-        help="registered env id (see `skyrl envs`): the env of rows that name none (their env_class wins)",
+        help=f"{_ENV_HELP}: the env of rows that name none (their env_class wins)",
     )
     p.add_argument(
         "--prompts",
@@ -65,7 +76,7 @@ def add_eval_command(subparsers: argparse._SubParsersAction) -> None:
         "--success-threshold", type=float, default=1.0, help="reward at or above which an episode succeeds"
     )
     p.add_argument("--k", type=int, nargs="+", default=None, help="pass@k values (default: 1 and --n)")
-    p.add_argument("--env", required=True, help="registered env id (see `skyrl envs`)")
+    p.add_argument("--env", required=True, help=_ENV_HELP)
     p.add_argument(
         "--prompts",
         help="tasks: a JSONL or Parquet file or a saved datasets directory (default: the env's example())",
@@ -75,6 +86,9 @@ def add_eval_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_common(p: argparse.ArgumentParser, temperature: float) -> None:
+    from skyrl_gym.cli import add_import_argument
+
+    add_import_argument(p)
     p.add_argument(
         "--model", default="smollm2-135m", help="model directory, or 'smollm2-135m' (bundled, default)"
     )
@@ -161,16 +175,18 @@ def _save(trajectories: list, out: Path) -> None:
 def _play(args: argparse.Namespace, items: list | None = None, overrides: dict | None = None):  # noqa: ANN202 - a RolloutResult
     from skyrl_agent.chat import ChatRenderer
     from skyrl_agent.engine import RolloutEngine, prompts_from_example
-    from skyrl_agent.tasks import load_tasks, with_env_config
+    from skyrl_agent.tasks import check_env_ids, load_tasks, with_env_config
     from skyrl_agent.types import RolloutConfig, SamplingParams
     from skyrl_gym.config import parse_env_config
     from skyrl_gym.errors import ConfigError
+    from skyrl_gym.user_envs import import_modules
 
     overrides = overrides or {}
     if getattr(args, "harbor", None):
         raise ConfigError(
             f"`skyrl rollout --harbor DIR` is now `skyrl harbor rollout {args.harbor}` (the same flags)"
         )
+    import_modules(getattr(args, "imports", None) or ())
     if items is None:
         if args.prompts:
             items = load_tasks(args.prompts, default_env_id=args.env, limit=args.num_prompts)
@@ -180,6 +196,7 @@ def _play(args: argparse.Namespace, items: list | None = None, overrides: dict |
             raise ConfigError("give --env ENV_ID (see `skyrl envs`) or --prompts FILE")
     if not items:
         raise ConfigError("no prompts to play")
+    check_env_ids(items)  # an unknown env fails here, before the model loads
     items = with_env_config(items, parse_env_config(getattr(args, "env_config", None) or ()))
     config = RolloutConfig(
         max_turns=args.max_turns,

@@ -4,7 +4,8 @@ A row (one task) has the columns the published SkyRL datasets use:
 
 * ``prompt``: the first chat messages (a list of ``{"role", "content"}``), or a string (one
   user message);
-* ``env_class`` (or ``env_id``): the registered env id; ``load_tasks(..., env_id=...)``
+* ``env_class`` (or ``env_id``): the registered env id, or an env class of one's own as
+  ``"package.module:Class"`` (see :mod:`skyrl_gym.user_envs`); ``load_tasks(..., env_id=...)``
   overrides it;
 * ``reward_spec``: ``{"method": "rule", "ground_truth": ...}``, how the env scores the episode;
 * ``extra_info``: free-form task data (a split, an index, a database name...);
@@ -33,7 +34,15 @@ from typing import Any
 from skyrl_agent.types import PromptItem
 from skyrl_gym.errors import ConfigError
 
-__all__ = ["row_to_item", "item_to_row", "load_tasks", "save_tasks", "tasks_to_dataset", "with_env_config"]
+__all__ = [
+    "row_to_item",
+    "item_to_row",
+    "load_tasks",
+    "save_tasks",
+    "tasks_to_dataset",
+    "with_env_config",
+    "check_env_ids",
+]
 
 #: Columns that are not passed on in the env's extras.
 _OWN_COLUMNS = frozenset({"prompt", "env_class", "env_id", "env_config", "id", "extras"})
@@ -197,6 +206,16 @@ def load_tasks(
     return items
 
 
+def check_env_ids(items: Iterable[PromptItem]) -> None:
+    """Look up the env of every task (:func:`skyrl_gym.spec`), so that an unknown id fails with
+    its "did you mean" before a model loads, and a ``"module:Class"`` id is imported and
+    registered now rather than inside the first episode (where a failure would only mask it)."""
+    from skyrl_gym.registration import spec
+
+    for env_id in sorted({item.env_id for item in items}):
+        spec(env_id)
+
+
 def with_env_config(
     items: Sequence[PromptItem], env_config: Mapping[str, Any] | None = None
 ) -> list[PromptItem]:
@@ -205,7 +224,8 @@ def with_env_config(
 
     A key ``ENV.KEY`` whose prefix is a registered env id applies to that env's tasks only
     (``text2sql.db_path=/data``), as the published config has one section per env class; a
-    dataset that mixes envs can so give each its settings. Other keys apply to every task."""
+    dataset that mixes envs can so give each its settings; an entry-point id scopes a key the
+    same way (``my_pkg.envs:MyEnv.db_path=/data``). Other keys apply to every task."""
     if not env_config:
         return list(items)
     from skyrl_gym.registration import registry
@@ -213,8 +233,15 @@ def with_env_config(
     shared: dict[str, Any] = {}
     scoped: dict[str, dict[str, Any]] = {}
     for key, value in env_config.items():
-        prefix, dot, rest = str(key).partition(".")
-        if dot and rest and prefix in registry:
+        key = str(key)
+        if ":" in key:  # an entry-point id has dots of its own: the scope ends at the first one after ':'
+            module, _, tail = key.partition(":")
+            name, dot, rest = tail.partition(".")
+            prefix, known = f"{module}:{name}", True  # registered on first use, maybe not yet
+        else:
+            prefix, dot, rest = key.partition(".")
+            known = prefix in registry
+        if dot and rest and known:
             scoped.setdefault(prefix, {})[rest] = value
         else:
             shared[key] = value

@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main", "build_parser", "add_envs_command"]
+__all__ = ["main", "build_parser", "add_envs_command", "add_import_argument"]
 
 CLI_GROUP = "skyrl.cli"
 
@@ -23,12 +23,30 @@ def add_envs_command(subparsers: argparse._SubParsersAction) -> None:
     """``skyrl envs``: list the registered envs, one line each."""
     p = subparsers.add_parser("envs", help="list the registered environments")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    add_import_argument(p)
     p.set_defaults(handler=_envs)
+
+
+def add_import_argument(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """``--import MODULE`` (repeatable), into ``args.imports``: modules to import before any env
+    is looked up (see :func:`skyrl_gym.user_envs.import_modules`)."""
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=None,
+        metavar="MODULE",
+        help=help
+        or "import MODULE first (repeatable): a dotted name importable from the current directory or "
+        "sys.path, or a path to a .py file; a module that calls skyrl_gym.register at import adds its envs",
+    )
 
 
 def _envs(args: argparse.Namespace) -> int:
     from skyrl_gym.registration import list_envs
+    from skyrl_gym.user_envs import import_modules
 
+    import_modules(args.imports or ())
     specs = list_envs()
     if args.json:
         rows = [

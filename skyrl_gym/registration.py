@@ -7,8 +7,14 @@ import through the entry-point group ``skyrl_gym.envs``::
     [project.entry-points."skyrl_gym.envs"]
     my_task = "my_pkg.env:MyTaskEnv"
 
+An id that is itself an entry point, ``"my_pkg.envs:MyEnv"``, needs no registration: the
+first lookup imports the class, checks that it is a ``BaseTextEnv`` subclass and registers it
+under that string (:mod:`skyrl_gym.user_envs`; what ``skyrl train --env my_pkg.envs:MyEnv``
+and a dataset row with that ``env_class`` rely on).
+
 The registry is per process: code that builds envs in worker processes (Ray, multiprocessing)
-must register there too, or use a plugin entry point, which every process sees.
+must register there too, or use a plugin entry point or an entry-point id, which every process
+sees.
 """
 
 from __future__ import annotations
@@ -127,8 +133,14 @@ def register(
     description: str | None = None,
     source: str = "user",
 ) -> EnvSpec:
-    """Register an env under ``id``. Raises :class:`RegistrationError` if the id is taken."""
-    if not isinstance(id, str) or not _ID_RE.match(id):
+    """Register an env under ``id``. Raises :class:`RegistrationError` if the id is taken.
+
+    ``id`` is letters, digits, ``_``, ``-`` and ``.``, or an entry-point string equal to
+    ``entry_point`` (how :func:`skyrl_gym.user_envs.register_entry_point` registers a
+    ``"module:Class"`` id; such an id gets no Gymnasium mirror, since ``gymnasium.make`` reads
+    the ``:`` as a module to import)."""
+    entry_point_id = isinstance(id, str) and bool(_ENTRY_RE.match(id)) and entry_point == id
+    if not isinstance(id, str) or not (_ID_RE.match(id) or entry_point_id):
         raise RegistrationError(
             f"invalid env id {id!r}: use letters, digits, '_', '-' and '.', e.g. 'my_task-v1'"
         )
@@ -147,14 +159,17 @@ def register(
             )
         env_spec = EnvSpec(id, entry_point, dict(kwargs or {}), description, source)
         registry[id] = env_spec
-    register_gymnasium_id(id)
+    if not entry_point_id:
+        register_gymnasium_id(id)
     return env_spec
 
 
 def deregister(id: str) -> None:
     """Remove ``id`` from the registry; raises :class:`EnvNotFoundError` if it is not there."""
+    _load_plugins()
     with _lock:
-        spec(id)
+        if id not in registry:
+            raise _not_found(id)
         del registry[id]
     deregister_gymnasium_id(id)
 
@@ -183,14 +198,33 @@ def deregister_gymnasium_id(env_id: str) -> None:
 
 
 def spec(id: str) -> EnvSpec:
-    """The :class:`EnvSpec` registered under ``id``, with a "did you mean" on typos."""
+    """The :class:`EnvSpec` registered under ``id``, with a "did you mean" on typos.
+
+    An unregistered ``"package.module:Class"`` id is imported and registered under that string
+    (:func:`skyrl_gym.user_envs.register_entry_point`; a ``ConfigError`` says what is wrong when
+    it is not an importable ``BaseTextEnv`` subclass)."""
     _load_plugins()
-    try:
-        return registry[id]
-    except KeyError:
-        known = sorted(registry)
-        hint = did_you_mean(id, known) or f" Registered envs: {', '.join(known) or 'none'}."
-        raise EnvNotFoundError(f"no env registered as {id!r}.{hint}") from None
+    found = registry.get(id) if isinstance(id, str) else None
+    if found is not None:
+        return found
+    if isinstance(id, str) and _ENTRY_RE.match(id):
+        from skyrl_gym.user_envs import register_entry_point
+
+        return register_entry_point(id)
+    raise _not_found(id)
+
+
+def _not_found(id: str) -> EnvNotFoundError:
+    """The error for an unknown id: the closest registered id (or all of them), then the two
+    ways to reach an env of one's own without installing a package."""
+    known = sorted(registry)
+    hint = did_you_mean(str(id), known) or f" Registered envs: {', '.join(known) or 'none'}."
+    return EnvNotFoundError(
+        f"no env registered as {id!r}.{hint} For an env class of your own, name it as "
+        "'package.module:Class' (--env package.module:Class; the module importable from the current "
+        "directory), or import the module that registers it (--import package.module, or "
+        "--import path/to/file.py, for a module that calls skyrl_gym.register at import)."
+    )
 
 
 def list_envs() -> list[EnvSpec]:

@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from skyrl_gym.config import add_config_arguments, config_from_args
+from skyrl_gym.config import add_config_arguments, config_from_args, field_docs
 
 __all__ = ["add_command", "main"]  # the verbs: train, export
 
@@ -26,7 +26,11 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
             "learns the two-turn calculator tool-use task on CPU, with held-out evaluation before and after."
         ),
     )
-    add_config_arguments(p, TrainConfig)
+    add_config_arguments(p, TrainConfig, exclude=("imports",))
+    from skyrl_gym.cli import add_import_argument
+
+    # the field ``imports`` is one ``--import MODULE`` per module (the usual spelling of a repeated import)
+    add_import_argument(p, help=f"{field_docs(TrainConfig)['imports']} (repeatable; default: none)")
     p.set_defaults(handler=_run)
 
     e = subparsers.add_parser(

@@ -40,8 +40,17 @@ class TrainConfig:
 
     # ---------------------------------------------------------------- task and data
     env: str = "calculator"
-    """Registered env id to train on: its bundled rows when no ``data`` is given, and the env of
-    rows in ``data`` that name none (a row's ``env_class`` wins)."""
+    """Registered env id to train on, or an env class of your own as ``package.module:Class``
+    (importable from the current directory or ``sys.path``; registered under that string for the
+    run, so rows whose ``env_class`` is the same string use it too): its bundled rows when no
+    ``data`` is given, and the env of rows in ``data`` that name none (a row's ``env_class``
+    wins)."""
+    imports: tuple[str, ...] = ()
+    """Modules to import before the env and the data are looked up (``--import MODULE``,
+    repeatable): dotted names importable from the current directory or ``sys.path``, or paths to
+    ``.py`` files. A module that calls ``skyrl_gym.register(...)`` at import so adds its envs for
+    ``env`` and the rows to name. Every ``torchrun`` rank imports them; ``config.json`` records
+    them (pass them again with ``--resume``)."""
     env_config: tuple[str, ...] = ()
     """Settings for every env the run makes, as KEY=VALUE (VALUE read as JSON when it parses,
     else as a string), e.g. ``--env-config max_turns=3``; ``ENV.KEY=VALUE`` sets a key for one
@@ -383,6 +392,11 @@ class TrainConfig:
             )
         if isinstance(self.stop, str):
             raise ConfigError("stop must be a tuple of strings")
+        if isinstance(self.imports, str):
+            raise ConfigError(
+                f"imports must be a tuple of module names, e.g. ({self.imports!r},); on the command "
+                "line: --import MODULE, once per module"
+            )
         names = tuple(n.strip() for item in self.report_to for n in str(item).split(",") if n.strip())
         object.__setattr__(self, "report_to", tuple(n for n in names if n != "none"))
         unknown = [n for n in self.report_to if n not in ("tensorboard", "wandb", "mlflow")]

@@ -40,8 +40,10 @@ from typing import Any
 import torch
 
 from skyrl_agent.context import training_samples
+from skyrl_agent.tasks import check_env_ids
 from skyrl_agent.types import PromptItem, Trajectory
 from skyrl_gym.errors import ConfigError
+from skyrl_gym.user_envs import import_modules
 from trainers.advantages import compute_advantages, episode_advantages
 from trainers.async_rollouts import AsyncRollouts
 from trainers.batch import TrainBatch, collate
@@ -106,14 +108,16 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
     cfg = _supported_at_scale(cfg, dist)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    run = open_run(cfg, dist)
-    torch.manual_seed(cfg.seed)
+    import_modules(cfg.imports)  # on every rank: their envs are registered per process
     items = load_items(cfg.env, "train", cfg.train_prompts, path=cfg.data, seed=cfg.seed)
     eval_items = (
         load_items(cfg.env, "test", cfg.eval_prompts, path=cfg.eval_data, seed=cfg.seed)
         if cfg.eval_prompts
         else []
     )
+    check_env_ids([*items, *eval_items])  # before the run directory is written and the model loads
+    run = open_run(cfg, dist)
+    torch.manual_seed(cfg.seed)
     ranks = (
         f", {dist.world_size} ranks ({dist.backend}{', FSDP2' if dist.fsdp else ''})" if dist.enabled else ""
     )
