@@ -28,7 +28,14 @@ from trainers.data import PromptSampler
 from trainers.distributed import SINGLE, DistContext
 from trainers.shaping import shape_overlong
 
-__all__ = ["rollout_config", "play", "rollout_step", "select_trainable", "rollout_metrics", "check_not_all_failed"]
+__all__ = [
+    "rollout_config",
+    "play",
+    "rollout_step",
+    "select_trainable",
+    "rollout_metrics",
+    "check_not_all_failed",
+]
 
 
 def rollout_config(cfg: TrainConfig, n_samples: int, seed: int) -> RolloutConfig:
