@@ -251,8 +251,8 @@ class TrainConfig:
     process's resident size is above this fraction of the machine's memory (its cgroup limit if
     lower): the training thread's freed activations otherwise stay in its arena, out of reach of
     the sampler's thread, and the next rollouts' memory comes on top (a 6-turn run was killed at
-    24 GB so). Not always, since the next phase must fault the pages in again, which is slow on
-    a small CPU machine. 0: after every update and evaluation; 1: never. Decision 0029."""
+    24 GB so). Not always, since the next phase must fault the pages in again (its cost is not
+    measured yet). 0: after every update and evaluation; 1: never. Decision 0029."""
     activation_checkpointing: bool = False
     """Keep only each decoder layer's input through the forward and recompute the rest in the
     backward, one layer at a time (:mod:`trainers.checkpointing`; the shared-prefix cache is

@@ -102,10 +102,9 @@ def release_if_above(fraction: float) -> bool:
     """:func:`release_free_memory` when the resident size is above ``fraction`` of
     :func:`machine_bytes` (0: always; 1 or more: never); whether it released.
 
-    Not always: pages handed back must be faulted in again by the next phase that allocates,
-    which is slow on this project's 2-core machine (with a release after every update the main
-    job's train steps took 24-48 s against about 15 s in earlier runs, not paired in one sitting;
-    decision 0029)."""
+    Not always: pages handed back must be faulted in again by the next phase that allocates.
+    What that costs a run is not measured yet (decision 0029's first reading, 24-48 s train
+    steps against about 15 s, compared runs with different batch sizes; see its correction)."""
     if fraction >= 1:
         return False
     if fraction > 0:
