@@ -32,7 +32,6 @@ for ``advantage="gigpo"`` and ``advantage="mt_grpo"``.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from skyrl_gym.errors import ConfigError
+from trainers.advantages import grpo_advantages
 
 if TYPE_CHECKING:
     from skyrl_agent.types import Trajectory
@@ -57,17 +57,24 @@ __all__ = [
 AnchorKind = Literal["observation", "history"]
 
 
-def _normalized(values: Sequence[float], normalize_std: bool, eps: float) -> list[float]:
-    """GRPO's group normalization of ``values``; all equal (or one value): zeros."""
-    n = len(values)
-    if n < 2 or max(values) - min(values) < 1e-12:
-        return [0.0] * n
-    mean = sum(values) / n
-    centered = [v - mean for v in values]
-    if not normalize_std:
-        return centered
-    std = math.sqrt(sum(c * c for c in centered) / (n - 1))
-    return [c / (std + eps) for c in centered]
+def _group_normalized(
+    values: Sequence[float], keys: Sequence[Hashable], normalize_std: bool, eps: float
+) -> list[float]:
+    """``values`` normalized within the groups of equal ``keys``, by
+    :func:`trainers.advantages.grpo_advantages` (so every estimator shares GRPO's mean, unbiased
+    std + ``eps`` and all-equal groups at exactly 0)."""
+    if not values:
+        return []
+    index: dict[Hashable, int] = {}
+    ids = [index.setdefault(k, len(index)) for k in keys]
+    out = grpo_advantages(
+        torch.tensor(values, dtype=torch.float32),
+        torch.tensor(ids),
+        torch.ones(len(values), 1),
+        normalize_std=normalize_std,
+        eps=eps,
+    )
+    return out.advantages_BT[:, 0].tolist()
 
 
 def _check_lengths(name: str, per_episode: Sequence[Sequence[Any]], group_ids: Sequence[int]) -> None:
@@ -83,19 +90,6 @@ def _returns(rewards: Sequence[float], gamma: float) -> list[float]:
         running = float(rewards[t]) + gamma * running
         out[t] = running
     return out
-
-
-def _episode_advantages(
-    totals: Sequence[float], group_ids: Sequence[int], normalize_std: bool, eps: float
-) -> list[float]:
-    members: dict[int, list[int]] = defaultdict(list)
-    for e, g in enumerate(group_ids):
-        members[int(g)].append(e)
-    adv = [0.0] * len(totals)
-    for idx in members.values():
-        for e, a in zip(idx, _normalized([totals[e] for e in idx], normalize_std, eps), strict=True):
-            adv[e] = a
-    return adv
 
 
 def gigpo_advantages(
@@ -119,36 +113,33 @@ def gigpo_advantages(
     _check_lengths("anchors", anchors, group_ids)
     if not 0.0 <= gamma <= 1.0:
         raise ConfigError(f"GiGPO's gamma must be in [0, 1], got {gamma}")
-    keys: list[list[int]] = []
     for e, (rewards, states) in enumerate(zip(turn_rewards, anchors, strict=True)):
         if len(rewards) != len(states):
             raise ConfigError(
                 f"episode {e} has {len(rewards)} turn rewards but {len(states)} anchors (one per turn)"
             )
-        row = []
         for t, state in enumerate(states):
             try:
-                row.append(hash(state))
+                hash(state)
             except TypeError as err:
                 raise ConfigError(
                     f"the GiGPO anchor of episode {e}, turn {t} is a {type(state).__name__}, which cannot "
                     "be hashed: give each turn's state as a str, bytes, int or tuple of them"
                 ) from err
-        keys.append(row)
-    adv_episode = _episode_advantages(
-        [sum(map(float, r)) for r in turn_rewards], group_ids, normalize_std, eps
-    )
+    totals = [sum(map(float, r)) for r in turn_rewards]
+    adv_episode = _group_normalized(totals, [int(g) for g in group_ids], normalize_std, eps)
     returns = [_returns(r, gamma) for r in turn_rewards]
-    # equal hashes are not proof of equal states: the key holds the anchor itself
-    step_groups: dict[tuple[int, Hashable], list[tuple[int, int]]] = defaultdict(list)
-    for e, states in enumerate(anchors):
-        for t, state in enumerate(states):
-            step_groups[(int(group_ids[e]), state)].append((e, t))
+    # a turn's step group: its prompt group and its anchor (the anchor itself, not its hash)
+    turns = [(e, t) for e, r in enumerate(turn_rewards) for t in range(len(r))]
+    adv_step = _group_normalized(
+        [returns[e][t] for e, t in turns],
+        [(int(group_ids[e]), anchors[e][t]) for e, t in turns],
+        normalize_std,
+        eps,
+    )
     out = [[adv_episode[e]] * len(r) for e, r in enumerate(turn_rewards)]
-    for members in step_groups.values():
-        values = [returns[e][t] for e, t in members]
-        for (e, t), a in zip(members, _normalized(values, normalize_std, eps), strict=True):
-            out[e][t] += step_weight * a
+    for (e, t), a in zip(turns, adv_step, strict=True):
+        out[e][t] += step_weight * a
     return out
 
 
@@ -177,17 +168,18 @@ def mt_grpo_advantages(
         )
     if not 0.0 <= gamma <= 1.0:
         raise ConfigError(f"MT-GRPO's gamma must be in [0, 1], got {gamma}")
-    adv_outcome = _episode_advantages([float(r) for r in outcome_rewards], group_ids, normalize_std, eps)
+    adv_outcome = _group_normalized(
+        [float(r) for r in outcome_rewards], [int(g) for g in group_ids], normalize_std, eps
+    )
     returns = [_returns(r, gamma) for r in process_rewards]
+    # turn t is compared with the turns t of its group's other episodes
+    turns = [(e, t) for e, r in enumerate(process_rewards) for t in range(len(r))]
+    adv_turn = _group_normalized(
+        [returns[e][t] for e, t in turns], [(int(group_ids[e]), t) for e, t in turns], normalize_std, eps
+    )
     out = [[adv_outcome[e]] * len(r) for e, r in enumerate(process_rewards)]
-    by_turn: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for e, r in enumerate(process_rewards):
-        for t in range(len(r)):
-            by_turn[(int(group_ids[e]), t)].append(e)
-    for (_, t), members in by_turn.items():
-        values = [returns[e][t] for e in members]
-        for e, a in zip(members, _normalized(values, normalize_std, eps), strict=True):
-            out[e][t] += coef * a
+    for (e, t), a in zip(turns, adv_turn, strict=True):
+        out[e][t] += coef * a
     return out
 
 
