@@ -36,7 +36,7 @@ class TrainConfig:
     """A GRPO/PPO run: data, model, rollouts, algorithm, optimizer, evaluation and bookkeeping.
 
     The defaults are the main job: the bundled SmolLM2-135M-Instruct learning the two-turn
-    ``calculator`` tool-use task on CPU (about 10 minutes on two AVX512-BF16 cores; see the README)."""
+    ``calculator`` tool-use task on CPU (about 8 minutes on two AVX512-BF16 cores; see the README's headline figures)."""
 
     # ---------------------------------------------------------------- task and data
     env: str = "calculator"

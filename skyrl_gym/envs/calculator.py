@@ -59,7 +59,7 @@ SYSTEM_PROMPT = (
 # 1 and 2 then ended with 0.00 on the parenthesized questions. Two of each, alternating, a
 # parenthesized one first (this set): the untrained success on the two shapes 0.19 and 0.16
 # (against 0.01 and 0.09), and with the training prompts spread by shape
-# (``bundled_stratify_by``) the main job ended at or above 0.9 on seeds 0-3 (README, 2026-12-05).
+# (``bundled_stratify_by``) the main job ended at or above 0.9 on seeds 0-3 (docs/main-job-history.md, 2026-12-05).
 _EXAMPLES = (
     ("Compute (9 + 3) * 5.", "(9 + 3) * 5", 60),
     ("What is 12 + 4 * 7?", "12 + 4 * 7", 40),

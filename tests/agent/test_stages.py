@@ -211,11 +211,12 @@ def test_readme_hooks_example(tokenizer):
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "agent-runtime.md"
+    text = guide.read_text(encoding="utf-8")
     section = text.split("**Slow set-up and grading**", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = re.search(r"```python[^\n]*\n(.*?)```", section, re.S).group(1)
     scope = {"__name__": "readme_hooks"}
-    exec(compile(code, "README.md:hooks", "exec"), scope)
+    exec(compile(code, "docs/guides/agent-runtime.md:hooks", "exec"), scope)
     skyrl_gym.register("readme-verified", scope["VerifiedEnv"])
     try:
         items = [

@@ -173,14 +173,13 @@ def test_every_shell_block_runs_or_says_why_not():
 
 def test_every_skipped_block_says_so_above_it():
     """Each block that does not run has ``*Not run by the docs tests: <reason>.*`` above it, with
-    the reason of its fence (or of README_SKIPS), so a reader of the rendered page sees it."""
+    the reason of its fence, so a reader of the rendered page sees it."""
     from tests.docs.test_docs_execute import PAGES as EXEC_PAGES
-    from tests.docs.test_docs_execute import _all_blocks
 
     missing = []
     for page in EXEC_PAGES:
         lines = (REPO / page.path).read_text(encoding="utf-8").splitlines()
-        for b in _all_blocks(page):
+        for b in page.blocks:
             if b.skip_reason is None:
                 continue
             above = [line for line in lines[: b.line - 1] if line.strip()][-1:]
@@ -191,10 +190,12 @@ def test_every_skipped_block_says_so_above_it():
     assert not missing, "\n".join(missing)
 
 
-def test_readme_command_table_lists_every_verb():
-    """README's "Command line" table has a row for each installed ``skyrl`` verb."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    table = text.split("## Command line", 1)[1].split("\n## ", 1)[0]
+@pytest.mark.parametrize("page", ["README.md", "docs/guides/cli.md"])
+def test_readme_command_table_lists_every_verb(page):
+    """The "Command line" table of README.md and of the command-line guide has a row for each
+    installed ``skyrl`` verb."""
+    text = (REPO / page).read_text(encoding="utf-8")
+    table = text.split("# Command line", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"^\| `skyrl (\w[\w-]*)", table, flags=re.M))
     missing = sorted(_verbs() - listed)
-    assert not missing, f"README's command table lacks: {missing}"
+    assert not missing, f"{page}'s command table lacks: {missing}"

@@ -427,8 +427,8 @@ def test_readme_example_runs(capsys):
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "envs.md").read_text(encoding="utf-8")
     section = readme.split("## Code envs (`code`, `code_multi_turn`)", 1)[1]
     code = re.search(r"\n```python\n(.*?)\n```\n", section, re.S).group(1)
-    exec(compile(code, "README.md:code", "exec"), {"__name__": "readme_example"})
+    exec(compile(code, "docs/guides/envs.md:code", "exec"), {"__name__": "readme_example"})
     assert capsys.readouterr().out == "1.0 3 True\n"

@@ -128,10 +128,10 @@ def test_the_readme_example_runs():
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("## RL algorithms as functions", 1)[1]
+    guide = (Path(__file__).parents[2] / "docs" / "guides" / "algorithms.md").read_text()
+    section = guide.split("# RL algorithms as functions", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/guides/algorithms.md", "exec"), namespace)
     assert namespace["adv"].stats.num_zero_adv_groups == 1  # the second group scored 0.5 twice
     assert namespace["logprobs_BT"].grad is not None

@@ -6,7 +6,7 @@
     inst = bundled_instances()[0]
     grade_patch(inst, inst.patch).resolved      # True: the gold patch resolves its task
 
-See ``README.md`` ("SWE repair") and ``docs/decisions/0013-swe-env.md``.
+See ``docs/guides/swe.md`` and ``docs/decisions/0013-swe-env.md``.
 """
 
 from skyrl_gym.envs.swe.grading import GradingSetupError, grade_patch
