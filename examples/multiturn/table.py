@@ -55,6 +55,7 @@ def _run_row(folder: Path) -> dict:
         "env": summary["env"],
         "advantage": config.get("advantage", "?"),
         "seed": config.get("seed", "?"),
+        "recipe": _recipe(config),
         "before": before["success"],
         "before_se": before["success_se"],
         "after": after["success"],
@@ -70,6 +71,16 @@ def _run_row(folder: Path) -> dict:
     }
 
 
+def _recipe(config: dict) -> str:
+    """The budget a run trained with: updates, episodes per update, learning rate, held-out rows."""
+    if not config:
+        return "?"
+    return (
+        f"{config['steps']} x {config['prompts_per_step'] * config['group_size']} eps, "
+        f"lr {config['lr']:g}, eval {config['eval_prompts']} x {config['eval_samples']}"
+    )
+
+
 def _f(x: float | None, digits: int = 3) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
@@ -77,27 +88,27 @@ def _f(x: float | None, digits: int = 3) -> str:
 def table(results: Path = RESULTS) -> str:
     rows = [_run_row(f) for f in sorted(results.iterdir()) if (f / "summary.json").exists()]
     lines = [
-        "| run | env | estimator | seed | held-out success before -> after | gain (SE) | per-turn metric before -> after "
-        "| turns per episode before -> after | turns per success after | minutes |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| run | env | estimator | seed | recipe | held-out success before -> after | gain (SE) "
+        "| per-turn metric before -> after | turns per episode before -> after | turns per success after | minutes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['run']} | {r['env']} | {r['advantage']} | {r['seed']} "
+            f"| {r['run']} | {r['env']} | {r['advantage']} | {r['seed']} | {r['recipe']} "
             f"| {_f(r['before'])} +/- {_f(r['before_se'])} -> {_f(r['after'])} +/- {_f(r['after_se'])} "
             f"| {_f(r['gain_se'], 1)} | {r['metric']} {_f(r['metric_before'], 2)} -> {_f(r['metric_after'], 2)} "
             f"| {_f(r['turns_before'], 2)} -> {_f(r['turns_after'], 2)} | {_f(r['turns_won_after'], 2)} "
             f"| {_f(r['minutes'], 1)} |"
         )
-    groups: dict[tuple[str, str], list[dict]] = {}
+    groups: dict[tuple[str, str, str], list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["env"], r["advantage"]), []).append(r)
+        groups.setdefault((r["env"], r["recipe"], r["advantage"]), []).append(r)
     lines += [
         "",
-        "| env | estimator | seeds | held-out success after, mean +/- SE over seeds | gain, mean over seeds |",
-        "|---|---|---|---|---|",
+        "| env | recipe | estimator | seeds | held-out success after, mean +/- SE over seeds | gain, mean over seeds |",
+        "|---|---|---|---|---|---|",
     ]
-    for (env, adv), rs in sorted(groups.items()):
+    for (env, recipe, adv), rs in sorted(groups.items()):
         after = [r["after"] for r in rs]
         mean = sum(after) / len(after)
         se = (
@@ -106,7 +117,7 @@ def table(results: Path = RESULTS) -> str:
             else None
         )
         gain = sum(r["after"] - r["before"] for r in rs) / len(rs)
-        lines.append(f"| {env} | {adv} | {len(rs)} | {_f(mean)} +/- {_f(se)} | {gain:+.3f} |")
+        lines.append(f"| {env} | {recipe} | {adv} | {len(rs)} | {_f(mean)} +/- {_f(se)} | {gain:+.3f} |")
     return "\n".join(lines) + "\n"
 
 
