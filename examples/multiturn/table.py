@@ -105,8 +105,9 @@ def table(results: Path = RESULTS) -> str:
         groups.setdefault((r["env"], r["recipe"], r["advantage"]), []).append(r)
     lines += [
         "",
-        "| env | recipe | estimator | seeds | held-out success after, mean +/- SE over seeds | gain, mean over seeds |",
-        "|---|---|---|---|---|---|",
+        "| env | recipe | estimator | seeds | held-out success after, mean +/- SE over seeds | gain, mean over seeds "
+        "| per-turn metric after, mean over seeds |",
+        "|---|---|---|---|---|---|---|",
     ]
     for (env, recipe, adv), rs in sorted(groups.items()):
         after = [r["after"] for r in rs]
@@ -117,7 +118,44 @@ def table(results: Path = RESULTS) -> str:
             else None
         )
         gain = sum(r["after"] - r["before"] for r in rs) / len(rs)
-        lines.append(f"| {env} | {recipe} | {adv} | {len(rs)} | {_f(mean)} +/- {_f(se)} | {gain:+.3f} |")
+        metric = [r["metric_after"] for r in rs if r["metric_after"] is not None]
+        metric_mean = sum(metric) / len(metric) if metric else None
+        lines.append(
+            f"| {env} | {recipe} | {adv} | {len(rs)} | {_f(mean)} +/- {_f(se)} | {gain:+.3f} "
+            f"| {rs[0]['metric']} {_f(metric_mean, 2)} |"
+        )
+    by_k = per_k_table(results)
+    if by_k:
+        lines += [
+            "",
+            "kvchain's held-out success by chain length k (a chain of k hops needs k + 1 turns), before -> after:",
+            "",
+            by_k.rstrip("\n"),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def per_k_table(results: Path = RESULTS) -> str:
+    """kvchain's held-out success by chain length k, before -> after, one row per run."""
+    rows = []
+    for f in sorted(results.iterdir()):
+        if not (f / "summary.json").exists():
+            continue
+        summary = json.loads((f / "summary.json").read_text())
+        if summary["env"] != "kvchain":
+            continue
+        before, after = summary["baseline"]["env_metrics"], summary["final"]["env_metrics"]
+        ks = sorted(int(k.removeprefix("success_k")) for k in after if k.startswith("success_k"))
+        cells = [f"{_f(before.get(f'success_k{k}'), 2)} -> {_f(after.get(f'success_k{k}'), 2)}" for k in ks]
+        rows.append((f.name, ks, cells))
+    if not rows:
+        return ""
+    ks = rows[0][1]
+    lines = [
+        "| run | " + " | ".join(f"k = {k}" for k in ks) + " |",
+        "|---|" + "---|" * len(ks),
+    ]
+    lines += [f"| {name} | " + " | ".join(cells) + " |" for name, run_ks, cells in rows if run_ks == ks]
     return "\n".join(lines) + "\n"
 
 
