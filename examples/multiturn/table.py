@@ -136,26 +136,29 @@ def table(results: Path = RESULTS) -> str:
 
 
 def per_k_table(results: Path = RESULTS) -> str:
-    """kvchain's held-out success by chain length k, before -> after, one row per run."""
-    rows = []
+    """kvchain's held-out success by chain length k, before -> after, one row per run (every run;
+    a k a run did not evaluate reads n/a)."""
+    runs = []
     for f in sorted(results.iterdir()):
         if not (f / "summary.json").exists():
             continue
         summary = json.loads((f / "summary.json").read_text())
-        if summary["env"] != "kvchain":
-            continue
-        before, after = summary["baseline"]["env_metrics"], summary["final"]["env_metrics"]
-        ks = sorted(int(k.removeprefix("success_k")) for k in after if k.startswith("success_k"))
-        cells = [f"{_f(before.get(f'success_k{k}'), 2)} -> {_f(after.get(f'success_k{k}'), 2)}" for k in ks]
-        rows.append((f.name, ks, cells))
-    if not rows:
+        if summary["env"] == "kvchain":
+            runs.append((f.name, summary["baseline"]["env_metrics"], summary["final"]["env_metrics"]))
+    ks = sorted(
+        {
+            int(key.removeprefix("success_k"))
+            for _, b, a in runs
+            for key in (*b, *a)
+            if key.startswith("success_k")
+        }
+    )
+    if not ks:
         return ""
-    ks = rows[0][1]
-    lines = [
-        "| run | " + " | ".join(f"k = {k}" for k in ks) + " |",
-        "|---|" + "---|" * len(ks),
-    ]
-    lines += [f"| {name} | " + " | ".join(cells) + " |" for name, run_ks, cells in rows if run_ks == ks]
+    lines = ["| run | " + " | ".join(f"k = {k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+    for name, before, after in runs:
+        cells = [f"{_f(before.get(f'success_k{k}'), 2)} -> {_f(after.get(f'success_k{k}'), 2)}" for k in ks]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -32,3 +32,18 @@ def test_every_result_folder_has_a_summary_with_both_evaluations():
     for f in folders:
         row = mod._run_row(f)  # raises on a summary without a baseline or final evaluation
         assert row["env"] in mod.PER_TURN and 0.0 <= row["after"] <= 1.0
+
+
+def test_the_per_k_table_lists_every_kvchain_run_even_with_other_chain_lengths(tmp_path):
+    import json
+
+    mod = _table_module()
+    for name, ks in (("a", (3, 4)), ("b", (4, 5))):
+        evaluation = {"env_metrics": {f"success_k{k}": k / 10 for k in ks}}
+        (tmp_path / name).mkdir()
+        summary = {"env": "kvchain", "baseline": evaluation, "final": evaluation}
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+    lines = mod.per_k_table(tmp_path).splitlines()
+    assert lines[0] == "| run | k = 3 | k = 4 | k = 5 |"
+    assert lines[2] == "| a | 0.30 -> 0.30 | 0.40 -> 0.40 | n/a -> n/a |"
+    assert lines[3] == "| b | n/a -> n/a | 0.40 -> 0.40 | 0.50 -> 0.50 |"
