@@ -6,6 +6,9 @@ guesses."). Each turn the model writes one guess, ``<guess>72</guess>``, and the
 the episode with reward 1.0. A turn without a readable guess (no ``<guess>`` tag, or not a whole
 number inside) or with a number outside the range is an error observation that uses a turn. The
 episode ends at the right guess or when the budget (``max_turns``) is spent (reward 0).
+With ``env_config`` ``feedback=interval`` each answer also restates what the feedback so far
+leaves, ``higher: the number is more than 72, so it is from 73 to 88. Guesses left: 5.`` (the
+same game; the model no longer has to carry both bounds across turns itself).
 
 Bounds. Given the prompt the target is uniform over the ``size`` numbers of the range (splits
 are made by range, never by target). A policy that ignores the feedback fixes its guesses before
@@ -32,7 +35,8 @@ stratify field) is the number of guesses the midpoint bisection takes for its ta
 ``env_config`` keys (all optional; an unknown key raises ``ConfigError``): ``examples`` (worked
 example episodes in the prompt, 0 to 3; when set the env writes the prompt itself: the system
 prompt, that many examples, the question; unset: the row's prompt, which for bundled rows has
-1), ``budget`` (the number of turns, the row's ``budget``: ``ceil(log2(size + 1))``), and the
+1), ``feedback`` (``plain``, the default, or ``interval``: the answers restate the range left,
+and the worked examples, written by the env then, show the same answers), ``budget`` (the number of turns, the row's ``budget``: ``ceil(log2(size + 1))``), and the
 difficulty: ``size`` (numbers in a range, 32) and ``max_start`` (100). Setting either makes the
 env draw its range and target anew from the row's ``seed`` and ``split`` (deterministic, still
 in the row's split). Whenever the range or budget changes, the env rewrites the question.
@@ -44,6 +48,7 @@ import random
 import re
 from typing import Any
 
+from skyrl_gym.config import config_get
 from skyrl_gym.core import BaseTextEnv
 from skyrl_gym.envs._generated import check_config_keys, check_split, config_int, split_of
 from skyrl_gym.errors import ConfigError
@@ -59,6 +64,7 @@ __all__ = [
     "SIZE",
     "MAX_START",
     "SYSTEM_PROMPT",
+    "FEEDBACK",
 ]
 
 SIZE = 32
@@ -96,32 +102,55 @@ def bisection_guesses(lo: int, hi: int, target: int) -> list[int]:
         lo, hi = (mid + 1, hi) if target > mid else (lo, mid - 1)
 
 
-def _feedback(guess: int, target: int, left: int) -> str:
-    if guess < target:
-        return f"higher: the number is more than {guess}. Guesses left: {left}."
-    return f"lower: the number is less than {guess}. Guesses left: {left}."
+FEEDBACK = ("plain", "interval")
+"""The answer styles: ``plain`` (higher/lower) and ``interval`` (also the range the feedback leaves)."""
 
 
-def _example_messages(count: int, budget: int = 6) -> list[dict[str, str]]:
+def _feedback(guess: int, target: int, left: int, interval: tuple[int, int] | None = None) -> str:
+    """The answer to a wrong in-range guess; ``interval``: the range left after it, restated."""
+    word, relation = ("higher", "more") if guess < target else ("lower", "less")
+    text = f"{word}: the number is {relation} than {guess}"
+    if interval is not None:
+        text += f", so it is from {interval[0]} to {interval[1]}"
+    return f"{text}. Guesses left: {left}."
+
+
+def _example_messages(count: int, budget: int = 6, feedback: str = "plain") -> list[dict[str, str]]:
     messages = []
     for lo, hi, target in _EXAMPLES[:count]:
         messages.append({"role": "user", "content": _QUESTION.format(lo=lo, hi=hi, budget=budget)})
-        guesses = bisection_guesses(lo, hi, target)
-        for i, guess in enumerate(guesses):
+        low, high = lo, hi
+        for i, guess in enumerate(bisection_guesses(lo, hi, target)):
             messages.append({"role": "assistant", "content": f"<guess>{guess}</guess>"})
-            if guess != target:
-                messages.append({"role": "user", "content": _feedback(guess, target, budget - i - 1)})
+            if guess == target:
+                break
+            low, high = (guess + 1, high) if guess < target else (low, guess - 1)
+            interval = (low, high) if feedback == "interval" else None
+            messages.append({"role": "user", "content": _feedback(guess, target, budget - i - 1, interval)})
     return messages
 
 
-def build_bisect_prompt(lo: int, hi: int, budget: int, *, examples: int = 1) -> list[dict[str, str]]:
+def _is_question(content: Any) -> bool:
+    return isinstance(content, str) and content.startswith(_QUESTION.split("{", 1)[0])
+
+
+def _check_feedback(feedback: str) -> None:
+    if feedback not in FEEDBACK:
+        raise ConfigError(f"bisect feedback must be one of {', '.join(FEEDBACK)}, got {feedback!r}")
+
+
+def build_bisect_prompt(
+    lo: int, hi: int, budget: int, *, examples: int = 1, feedback: str = "plain"
+) -> list[dict[str, str]]:
     """The prompt of a game over ``[lo, hi]`` with ``budget`` guesses: the system prompt,
-    ``examples`` worked example episodes (0 to 3) and the question."""
+    ``examples`` worked example episodes (0 to 3, their answers in the ``feedback`` style) and
+    the question."""
     if not 0 <= examples <= len(_EXAMPLES):
         raise ConfigError(f"examples must be from 0 to {len(_EXAMPLES)}, got {examples}")
+    _check_feedback(feedback)
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        *_example_messages(examples),
+        *_example_messages(examples, feedback=feedback),
         {"role": "user", "content": _QUESTION.format(lo=lo, hi=hi, budget=budget)},
     ]
 
@@ -187,7 +216,7 @@ def generate_bisect_rows(
     return rows
 
 
-_CONFIG_KEYS = ("examples", "budget", "size", "max_start")
+_CONFIG_KEYS = ("examples", "budget", "size", "max_start", "feedback")
 
 
 def _row_int(extras: Any, key: str) -> int:
@@ -213,6 +242,12 @@ class BisectEnv(BaseTextEnv):
         if not self.lo <= self.target <= self.hi:
             raise ConfigError(f"bisect target {self.target} is not in the row's range [{self.lo}, {self.hi}]")
         self.examples = config_int(env_config, "examples", None, 0, len(_EXAMPLES))
+        self.feedback = config_get(env_config, "feedback", "plain")
+        if not isinstance(self.feedback, str):
+            raise ConfigError(
+                f"env_config 'feedback' must be one of {', '.join(FEEDBACK)}, got {self.feedback!r}"
+            )
+        _check_feedback(self.feedback)
         size = config_int(env_config, "size", None, 2)
         max_start = config_int(env_config, "max_start", None, 1)
         self.drawn_again = size is not None or max_start is not None
@@ -262,10 +297,15 @@ class BisectEnv(BaseTextEnv):
         messages = [dict(m) for m in prompt] if isinstance(prompt, list | tuple) else []
         if self.budget_changed or not messages:
             messages = [*messages[:-1], self._question()]
-        if self.examples is not None:
+        examples = self.examples
+        if examples is None and self.feedback != "plain":
+            # the row's own examples answer plainly: write them again in this env's style
+            asked = [m for m in messages[:-1] if m.get("role") == "user" and _is_question(m.get("content"))]
+            examples = min(len(asked), len(_EXAMPLES))
+        if examples is not None:
             messages = [
                 {"role": "system", "content": SYSTEM_PROMPT},
-                *_example_messages(self.examples),
+                *_example_messages(examples, feedback=self.feedback),
                 messages[-1],
             ]
         return messages, {}
@@ -300,7 +340,8 @@ class BisectEnv(BaseTextEnv):
         else:
             meta["feedback"] = "lower"
             self.high = min(self.high, guess - 1)
-        return self._out(_feedback(guess, self.target, left), 0.0, meta)
+        interval = (self.low, self.high) if self.feedback == "interval" else None
+        return self._out(_feedback(guess, self.target, left, interval), 0.0, meta)
 
     def _out(self, content: str, reward: float, meta: dict[str, Any]) -> BaseTextEnvStepOutput:
         done = self.turns >= self.max_turns

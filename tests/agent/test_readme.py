@@ -1,21 +1,16 @@
 """The agent-runtime guide's first example (docs/guides/agent-runtime.md, once in the README) runs
 as written (with the bundled model)."""
 
-import re
-from pathlib import Path
-
 import pytest
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "agent-runtime.md"
+from tests.docs._markdown import example_after
 
 
 @pytest.mark.slow
 def test_readme_runtime_example_runs(capsys):
-    text = GUIDE.read_text(encoding="utf-8")
-    section = text.split("# The agent runtime (`skyrl_agent`)", 1)[1]
-    code = re.search(r"```python[^\n]*\n(.*?)```", section, re.S).group(1)
+    block = example_after("docs/guides/agent-runtime.md", "# The agent runtime (`skyrl_agent`)")
     scope = {"__name__": "readme_example"}
-    exec(compile(code, "docs/guides/agent-runtime.md", "exec"), scope)
+    exec(compile(block.code, block.where, "exec"), scope)
     result, traj = scope["result"], scope["traj"]
     assert result.stats.episodes == 4 and result.stats.masked == 0
     assert "mean reward" in capsys.readouterr().out

@@ -670,13 +670,13 @@ def test_serve_verb_is_declared_and_parses():
 
 @pytest.mark.slow
 def test_readme_server_example_runs():
-    import re
+    from tests.docs._markdown import example_after
 
-    text = open(os.path.join(ROOT, "docs", "guides", "serve.md"), encoding="utf-8").read()
-    section = text.split("# An OpenAI-compatible server that records trainable trajectories", 1)[1]
-    code = re.search(r"```python[^\n]*\n(.*?)```", section, re.S).group(1)
+    block = example_after(
+        "docs/guides/serve.md", "# An OpenAI-compatible server that records trainable trajectories"
+    )
     scope = {"__name__": "readme_server_example"}
-    exec(compile(code, "docs/guides/serve.md", "exec"), scope)
+    exec(compile(block.code, block.where, "exec"), scope)
     traj = scope["traj"]
     assert traj.num_turns == 2 and traj.reward == 1.0
     assert 0 in traj.loss_mask and traj.loss_mask[0] == 1

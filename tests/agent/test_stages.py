@@ -208,15 +208,11 @@ def test_budget_stops_are_graded_and_errors_are_not(tokenizer):
 
 
 def test_readme_hooks_example(tokenizer):
-    import re
-    from pathlib import Path
+    from tests.docs._markdown import example_after
 
-    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "agent-runtime.md"
-    text = guide.read_text(encoding="utf-8")
-    section = text.split("**Slow set-up and grading**", 1)[1]
-    code = re.search(r"```python[^\n]*\n(.*?)```", section, re.S).group(1)
+    block = example_after("docs/guides/agent-runtime.md", "**Slow set-up and grading**")
     scope = {"__name__": "readme_hooks"}
-    exec(compile(code, "docs/guides/agent-runtime.md:hooks", "exec"), scope)
+    exec(compile(block.code, block.where, "exec"), scope)
     skyrl_gym.register("readme-verified", scope["VerifiedEnv"])
     try:
         items = [

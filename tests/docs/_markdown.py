@@ -160,3 +160,18 @@ def doc_pages() -> list[Path]:
     pages += sorted((REPO / "docs").rglob("*.md"))
     pages += sorted((REPO / "examples").rglob("README.md"))
     return [p for p in pages if p.is_file()]
+
+
+def example_after(page: str, heading: str) -> Block:
+    """The first python block of ``page`` (relative to the repository root) after the first line
+    that contains ``heading``; a test runs it with ``exec(compile(block.code, block.where,
+    "exec"), scope)`` and checks what it printed or left in ``scope``."""
+    path = REPO / page
+    lines = path.read_text(encoding="utf-8").splitlines()
+    at = next((n for n, line in enumerate(lines, 1) if heading in line), None)
+    if at is None:
+        raise LookupError(f"{page}: no line contains {heading!r}")
+    block = next((b for b in parse_page(path).blocks if b.line > at and b.lang == "python"), None)
+    if block is None:
+        raise LookupError(f"{page}: no python block after {heading!r} (line {at})")
+    return block

@@ -166,6 +166,35 @@ def test_feedback_text():
     )
 
 
+def test_interval_feedback_restates_what_the_answers_leave():
+    env, _ = _make(game(1, 32, 17), {"feedback": "interval"})
+    texts = [env.step(f"<guess>{g}</guess>").observations[0]["content"] for g in (16, 24, 3, 20)]
+    assert texts == [
+        "higher: the number is more than 16, so it is from 17 to 32. Guesses left: 5.",
+        "lower: the number is less than 24, so it is from 17 to 23. Guesses left: 4.",
+        "higher: the number is more than 3, so it is from 17 to 23. Guesses left: 3.",  # an inconsistent guess
+        "lower: the number is less than 20, so it is from 17 to 19. Guesses left: 2.",
+    ]
+    assert env.step("<guess>17</guess>").reward == 1.0
+
+
+def test_interval_feedback_writes_its_worked_examples_in_its_own_style():
+    row = generate_bisect_rows(1, split="test")[0]  # one plain example in the row's prompt
+    env, messages = _make(row, {"feedback": "interval"})
+    assert messages == build_bisect_prompt(row["lo"], row["hi"], 6, examples=1, feedback="interval")
+    shown = [m["content"] for m in messages[2:-1] if m["role"] == "user"]
+    assert shown and all(", so it is from " in text for text in shown)
+    # the example's answers are what the env says to the example's guesses
+    lo, hi, target = _EXAMPLES[0]
+    example_env, _ = _make(game(lo, hi, target), {"feedback": "interval"})
+    guesses = [m["content"] for m in messages[2:-1] if m["role"] == "assistant"]
+    assert [example_env.step(g).observations[0]["content"] for g in guesses[:-1]] == shown
+    _, three = _make(row, {"feedback": "interval", "examples": 3})
+    assert three == build_bisect_prompt(row["lo"], row["hi"], 6, examples=3, feedback="interval")
+    # a bisecting policy still wins reading only what the model sees
+    assert play_bisection(env, messages)[-1].reward == 1.0
+
+
 def test_budget_spent_ends_the_episode_unsolved():
     env, _ = _make(game(1, 32, 17))
     outs = [env.step("<guess>1</guess>") for _ in range(6)]
@@ -262,6 +291,8 @@ def test_difficulty_from_env_config_draws_the_game_again():
         ({"budget": 0}, "at least 1"),
         ({"size": 1}, "at least 2"),
         ({"examples": 4}, "from 0 to 3"),
+        ({"feedback": "intervals"}, "plain, interval"),
+        ({"feedback": 1}, "plain, interval"),
     ],
 )
 def test_misconfiguration_raises(env_config, match):

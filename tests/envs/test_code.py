@@ -424,11 +424,8 @@ def test_multi_turn_wrong_final_answer_scores_zero():
 
 
 def test_readme_example_runs(capsys):
-    import re
-    from pathlib import Path
+    from tests.docs._markdown import example_after
 
-    readme = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "envs.md").read_text(encoding="utf-8")
-    section = readme.split("## Code envs (`code`, `code_multi_turn`)", 1)[1]
-    code = re.search(r"\n```python\n(.*?)\n```\n", section, re.S).group(1)
-    exec(compile(code, "docs/guides/envs.md:code", "exec"), {"__name__": "readme_example"})
+    block = example_after("docs/guides/envs.md", "## Code envs (`code`, `code_multi_turn`)")
+    exec(compile(block.code, block.where, "exec"), {"__name__": "readme_example"})
     assert capsys.readouterr().out == "1.0 3 True\n"

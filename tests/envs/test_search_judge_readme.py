@@ -1,16 +1,12 @@
 """The envs guide's `search` and `judge_qa` examples (docs/guides/envs.md, once in the README) run
 as written."""
 
-import re
-from pathlib import Path
-
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "envs.md"
+from tests.docs._markdown import example_after
 
 
 def _run(section_title: str) -> None:
-    section = GUIDE.read_text(encoding="utf-8").split(section_title, 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    exec(compile(code, f"docs/guides/envs.md:{section_title}", "exec"), {"__name__": "readme_example"})
+    block = example_after("docs/guides/envs.md", section_title)
+    exec(compile(block.code, block.where, "exec"), {"__name__": "readme_example"})
 
 
 def test_readme_search_example_runs(capsys):

@@ -1,18 +1,14 @@
 """The Harbor guide's example (docs/guides/harbor.md, once in the README) runs as written."""
 
-import re
-from pathlib import Path
-
 import pytest
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "harbor.md"
+from tests.docs._markdown import example_after
 
 
 @pytest.mark.docker
 def test_readme_harbor_example_runs(base_images, capsys):
-    section = GUIDE.read_text(encoding="utf-8").split("# Harbor tasks", 1)[1]
-    code = re.search(r"```python[^\n]*\n(.*?)```", section, re.S).group(1)
+    block = example_after("docs/guides/harbor.md", "# Harbor tasks")
     scope = {"__name__": "readme_example"}
-    exec(compile(code, "docs/guides/harbor.md", "exec"), scope)
+    exec(compile(block.code, block.where, "exec"), scope)
     assert (scope["oracle"].reward, scope["nothing"].reward) == (1.0, 0.0)
     assert capsys.readouterr().out.splitlines() == ["180.0 no-network", "1.0 0.0"]

@@ -125,13 +125,10 @@ def test_policy_learns_the_rewarded_token(estimator, loss_name):
 
 
 def test_the_readme_example_runs():
-    import re
-    from pathlib import Path
+    from tests.docs._markdown import example_after
 
-    guide = (Path(__file__).parents[2] / "docs" / "guides" / "algorithms.md").read_text()
-    section = guide.split("# RL algorithms as functions", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    block = example_after("docs/guides/algorithms.md", "# RL algorithms as functions")
     namespace: dict = {}
-    exec(compile(code, "docs/guides/algorithms.md", "exec"), namespace)
+    exec(compile(block.code, block.where, "exec"), namespace)
     assert namespace["adv"].stats.num_zero_adv_groups == 1  # the second group scored 0.5 twice
     assert namespace["logprobs_BT"].grad is not None

@@ -3,19 +3,16 @@ its comments say."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 
-GUIDE = Path(__file__).resolve().parents[3] / "docs" / "guides" / "swe.md"
+from tests.docs._markdown import example_after
 
 
 @pytest.mark.docker
 def test_readme_swe_example(capsys):
-    section = GUIDE.read_text(encoding="utf-8").split("# SWE repair (`swe`)", 1)[1]
-    code = re.search(r"```python[^\n]*\n(.*?)```", section, re.S).group(1)
-    exec(compile(code, "docs/guides/swe.md", "exec"), {"__name__": "readme_swe"})
+    block = example_after("docs/guides/swe.md", "# SWE repair (`swe`)")
+    code = block.code
+    exec(compile(code, block.where, "exec"), {"__name__": "readme_swe"})
     printed = capsys.readouterr().out.splitlines()
     expected = [line.split("#", 1)[1].strip() for line in code.splitlines() if line.startswith("print(")]
     assert printed == expected

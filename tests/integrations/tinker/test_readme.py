@@ -3,23 +3,20 @@ tiny model for speed)."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 
-GUIDE = Path(__file__).resolve().parents[3] / "docs" / "guides" / "tinker.md"
+from tests.docs._markdown import example_after
 
 
 @pytest.mark.slow
 def test_readme_tinker_example_runs(tmp_path, capsys):
     pytest.importorskip("tinker")
-    section = GUIDE.read_text(encoding="utf-8").split("# Tinker-compatible API", 1)[1]
-    code = re.search(r"```python[^\n]*\n(.*?)```", section, re.S).group(1)
+    block = example_after("docs/guides/tinker.md", "# Tinker-compatible API")
+    code = block.code
     assert '"smollm2-135m"' in code and '"runs/tinker"' in code
     code = code.replace('"smollm2-135m"', '"tiny-random"').replace('"runs/tinker"', repr(str(tmp_path)))
     scope = {"__name__": "readme_example"}
-    exec(compile(code, "docs/guides/tinker.md", "exec"), scope)
+    exec(compile(code, block.where, "exec"), scope)
     losses = [
         float(line.split()[-1]) for line in capsys.readouterr().out.splitlines() if line.startswith("loss:")
     ]
