@@ -342,6 +342,9 @@ def _update(
     store_bytes = None
     if cfg.async_staleness == 0 and hasattr(learner.policy, "drop_stale_kv"):
         store_bytes = learner.policy.drop_stale_kv()  # stale after this update: not held through its peak
+    # The rollouts' freed memory (KV, buffers) sits in the sampler thread's heap arena, out of the
+    # training thread's reach: without this the step's activations come on top of it.
+    release_if_above(cfg.release_memory_above)
     stats = train_step(
         learner.model,
         learner.optimizer,
