@@ -8,7 +8,10 @@ number inside) or with a number outside the range is an error observation that u
 episode ends at the right guess or when the budget (``max_turns``) is spent (reward 0).
 With ``env_config`` ``feedback=interval`` each answer also restates what the feedback so far
 leaves, ``higher: the number is more than 72, so it is from 73 to 88. Guesses left: 5.`` (the
-same game; the model no longer has to carry both bounds across turns itself).
+same game; the model no longer has to carry both bounds across turns itself). With
+``guess_reward`` > 0 each wrong guess that is consistent with all the feedback so far also earns
+that much on its turn (a per-turn reward for MT-GRPO; off by default), so a success is worth at
+most ``1 + (budget - 1) * guess_reward``.
 
 Bounds. Given the prompt the target is uniform over the ``size`` numbers of the range (splits
 are made by range, never by target). A policy that ignores the feedback fixes its guesses before
@@ -35,7 +38,7 @@ stratify field) is the number of guesses the midpoint bisection takes for its ta
 ``env_config`` keys (all optional; an unknown key raises ``ConfigError``): ``examples`` (worked
 example episodes in the prompt, 0 to 3; when set the env writes the prompt itself: the system
 prompt, that many examples, the question; unset: the row's prompt, which for bundled rows has
-1), ``feedback`` (``plain``, the default, or ``interval``: the answers restate the range left,
+1), ``guess_reward`` (0.0: the per-turn reward of a consistent wrong guess), ``feedback`` (``plain``, the default, or ``interval``: the answers restate the range left,
 and the worked examples, written by the env then, show the same answers), ``budget`` (the number of turns, the row's ``budget``: ``ceil(log2(size + 1))``), and the
 difficulty: ``size`` (numbers in a range, 32) and ``max_start`` (100). Setting either makes the
 env draw its range and target anew from the row's ``seed`` and ``split`` (deterministic, still
@@ -216,7 +219,7 @@ def generate_bisect_rows(
     return rows
 
 
-_CONFIG_KEYS = ("examples", "budget", "size", "max_start", "feedback")
+_CONFIG_KEYS = ("examples", "budget", "size", "max_start", "feedback", "guess_reward")
 
 
 def _row_int(extras: Any, key: str) -> int:
@@ -248,6 +251,17 @@ class BisectEnv(BaseTextEnv):
                 f"env_config 'feedback' must be one of {', '.join(FEEDBACK)}, got {self.feedback!r}"
             )
         _check_feedback(self.feedback)
+        guess_reward = config_get(env_config, "guess_reward", 0.0)
+        if isinstance(guess_reward, bool) or not isinstance(guess_reward, int | float | str):
+            raise ConfigError(f"env_config 'guess_reward' must be a number from 0 to 1, got {guess_reward!r}")
+        try:
+            self.guess_reward = float(guess_reward)
+        except ValueError:
+            raise ConfigError(
+                f"env_config 'guess_reward' must be a number from 0 to 1, got {guess_reward!r}"
+            ) from None
+        if not 0.0 <= self.guess_reward <= 1.0:
+            raise ConfigError(f"env_config 'guess_reward' must be a number from 0 to 1, got {guess_reward!r}")
         size = config_int(env_config, "size", None, 2)
         max_start = config_int(env_config, "max_start", None, 1)
         self.drawn_again = size is not None or max_start is not None
@@ -341,7 +355,8 @@ class BisectEnv(BaseTextEnv):
             meta["feedback"] = "lower"
             self.high = min(self.high, guess - 1)
         interval = (self.low, self.high) if self.feedback == "interval" else None
-        return self._out(_feedback(guess, self.target, left, interval), 0.0, meta)
+        reward = self.guess_reward if meta["consistent"] else 0.0
+        return self._out(_feedback(guess, self.target, left, interval), reward, meta)
 
     def _out(self, content: str, reward: float, meta: dict[str, Any]) -> BaseTextEnvStepOutput:
         done = self.turns >= self.max_turns

@@ -178,6 +178,15 @@ def test_interval_feedback_restates_what_the_answers_leave():
     assert env.step("<guess>17</guess>").reward == 1.0
 
 
+def test_guess_reward_pays_consistent_wrong_guesses_on_their_turn_only():
+    plain, _ = _make(game(1, 32, 17))
+    assert plain.step("<guess>16</guess>").reward == 0.0  # off by default
+    env, _ = _make(game(1, 32, 17), {"guess_reward": 0.1})
+    rewards = [env.step(f"<guess>{g}</guess>").reward for g in (16, 3, 40, 24, 24, 17)]
+    # consistent, below the bound, out of range, consistent, a repeat, the target
+    assert rewards == [0.1, 0.0, 0.0, 0.1, 0.0, 1.0]
+
+
 def test_interval_feedback_writes_its_worked_examples_in_its_own_style():
     row = generate_bisect_rows(1, split="test")[0]  # one plain example in the row's prompt
     env, messages = _make(row, {"feedback": "interval"})
@@ -293,6 +302,8 @@ def test_difficulty_from_env_config_draws_the_game_again():
         ({"examples": 4}, "from 0 to 3"),
         ({"feedback": "intervals"}, "plain, interval"),
         ({"feedback": 1}, "plain, interval"),
+        ({"guess_reward": 2}, "from 0 to 1"),
+        ({"guess_reward": "lots"}, "from 0 to 1"),
     ],
 )
 def test_misconfiguration_raises(env_config, match):
