@@ -11,7 +11,12 @@ leaves, ``higher: the number is more than 72, so it is from 73 to 88. Guesses le
 same game; the model no longer has to carry both bounds across turns itself). With
 ``guess_reward`` > 0 each wrong guess that is consistent with all the feedback so far also earns
 that much on its turn (a per-turn reward for MT-GRPO; off by default), so a success is worth at
-most ``1 + (budget - 1) * guess_reward``.
+most ``1 + (budget - 1) * guess_reward``. ``guess_reward_by=split`` pays instead for what the
+guess rules out: ``guess_reward`` times the numbers the worse answer would remove from the range
+the feedback left, over half that range (rounded up). A middle guess earns the whole
+``guess_reward``; a step up from the low end of 32 numbers earns 1/16 of it; a guess outside the
+range left earns nothing. (With ``consistent``, the default, a policy earns as much by scanning
+up one number at a time as by bisecting, and an MT-GRPO run learned exactly that scan.)
 
 Bounds. Given the prompt the target is uniform over the ``size`` numbers of the range (splits
 are made by range, never by target). A policy that ignores the feedback fixes its guesses before
@@ -38,7 +43,8 @@ stratify field) is the number of guesses the midpoint bisection takes for its ta
 ``env_config`` keys (all optional; an unknown key raises ``ConfigError``): ``examples`` (worked
 example episodes in the prompt, 0 to 3; when set the env writes the prompt itself: the system
 prompt, that many examples, the question; unset: the row's prompt, which for bundled rows has
-1), ``guess_reward`` (0.0: the per-turn reward of a consistent wrong guess), ``feedback`` (``plain``, the default, or ``interval``: the answers restate the range left,
+1), ``guess_reward`` (0.0: the per-turn reward of a consistent wrong guess), ``guess_reward_by``
+(``consistent``, the default, or ``split``: see above), ``feedback`` (``plain``, the default, or ``interval``: the answers restate the range left,
 and the worked examples, written by the env then, show the same answers), ``budget`` (the number of turns, the row's ``budget``: ``ceil(log2(size + 1))``), and the
 difficulty: ``size`` (numbers in a range, 32) and ``max_start`` (100). Setting either makes the
 env draw its range and target anew from the row's ``seed`` and ``split`` (deterministic, still
@@ -68,6 +74,7 @@ __all__ = [
     "MAX_START",
     "SYSTEM_PROMPT",
     "FEEDBACK",
+    "GUESS_REWARD_BY",
 ]
 
 SIZE = 32
@@ -219,7 +226,9 @@ def generate_bisect_rows(
     return rows
 
 
-_CONFIG_KEYS = ("examples", "budget", "size", "max_start", "feedback", "guess_reward")
+_CONFIG_KEYS = ("examples", "budget", "size", "max_start", "feedback", "guess_reward", "guess_reward_by")
+GUESS_REWARD_BY = ("consistent", "split")
+"""What a wrong guess's per-turn reward pays for (``guess_reward_by``)."""
 
 
 def _row_int(extras: Any, key: str) -> int:
@@ -262,6 +271,12 @@ class BisectEnv(BaseTextEnv):
             ) from None
         if not 0.0 <= self.guess_reward <= 1.0:
             raise ConfigError(f"env_config 'guess_reward' must be a number from 0 to 1, got {guess_reward!r}")
+        self.guess_reward_by = config_get(env_config, "guess_reward_by", "consistent")
+        if self.guess_reward_by not in GUESS_REWARD_BY:
+            raise ConfigError(
+                f"env_config 'guess_reward_by' must be one of {', '.join(GUESS_REWARD_BY)}, "
+                f"got {self.guess_reward_by!r}"
+            )
         size = config_int(env_config, "size", None, 2)
         max_start = config_int(env_config, "max_start", None, 1)
         self.drawn_again = size is not None or max_start is not None
@@ -341,6 +356,8 @@ class BisectEnv(BaseTextEnv):
             return self._out(f"{guess} is not from {self.lo} to {self.hi}. Guesses left: {left}.", 0.0, meta)
         self.guesses += 1
         meta["consistent"] = self.low <= guess <= self.high
+        # the numbers the worse answer would rule out, over half the range left (rounded up)
+        split = min(guess - self.low + 1, self.high - guess + 1) / ((self.high - self.low + 2) // 2)
         self.consistent_guesses += meta["consistent"]
         if guess == self.target:
             self.success = True
@@ -355,7 +372,12 @@ class BisectEnv(BaseTextEnv):
             meta["feedback"] = "lower"
             self.high = min(self.high, guess - 1)
         interval = (self.low, self.high) if self.feedback == "interval" else None
-        reward = self.guess_reward if meta["consistent"] else 0.0
+        if not meta["consistent"]:
+            reward = 0.0
+        elif self.guess_reward_by == "split":
+            reward = self.guess_reward * split
+        else:
+            reward = self.guess_reward
         return self._out(_feedback(guess, self.target, left, interval), reward, meta)
 
     def _out(self, content: str, reward: float, meta: dict[str, Any]) -> BaseTextEnvStepOutput:

@@ -187,6 +187,19 @@ def test_guess_reward_pays_consistent_wrong_guesses_on_their_turn_only():
     assert rewards == [0.1, 0.0, 0.0, 0.1, 0.0, 1.0]
 
 
+def test_split_guess_reward_pays_for_what_a_guess_rules_out():
+    env, _ = _make(game(1, 32, 17), {"guess_reward": 0.1, "guess_reward_by": "split"})
+    # 1..32 left: 16 rules out at least 16 (1..16 or 16..32), over half of 32: 16 / 16; then
+    # 17..32: 24 rules out at least 8 (17..24), over half of 16: 8 / 8; 17 is the target
+    assert env.step("<guess>16</guess>").reward == pytest.approx(0.1)
+    assert env.step("<guess>24</guess>").reward == pytest.approx(0.1)
+    assert env.step("<guess>3</guess>").reward == 0.0  # outside what the feedback left
+    scan, _ = _make(game(1, 32, 30), {"guess_reward": 0.1, "guess_reward_by": "split"})
+    assert scan.step("<guess>1</guess>").reward == pytest.approx(0.1 / 16)  # a scan step rules out 1
+    assert scan.step("<guess>2</guess>").reward == pytest.approx(0.1 / 16)  # 1 of the 31 left
+    assert env.step("<guess>17</guess>").reward == 1.0
+
+
 def test_interval_feedback_writes_its_worked_examples_in_its_own_style():
     row = generate_bisect_rows(1, split="test")[0]  # one plain example in the row's prompt
     env, messages = _make(row, {"feedback": "interval"})
@@ -304,6 +317,7 @@ def test_difficulty_from_env_config_draws_the_game_again():
         ({"feedback": 1}, "plain, interval"),
         ({"guess_reward": 2}, "from 0 to 1"),
         ({"guess_reward": "lots"}, "from 0 to 1"),
+        ({"guess_reward_by": "halving"}, "consistent, split"),
     ],
 )
 def test_misconfiguration_raises(env_config, match):
