@@ -39,8 +39,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # a bare checkout too
 
 from main_job_seeds import _BOOT  # noqa: E402  (the train verb, dying with its parent)
+
+from trainers.metrics import read_jsonl  # noqa: E402
 
 #: Figures where a larger value is worse, with their format; the ratio column divides by the
 #: first variant's value.
@@ -85,14 +88,7 @@ def read_run(
     """The figures of one finished run from ``run_dir``'s ``metrics.jsonl`` and ``summary.json``
     (absent files leave their figures unset)."""
     fig = RunFigures(name=name, flags=flags, exit_code=exit_code, wall_s=wall_s, max_rss_gb=max_rss_gb)
-    metrics = run_dir / "metrics.jsonl"
-    train = []
-    if metrics.exists():
-        for line in metrics.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                if rec.get("kind") == "train":
-                    train.append(rec)
+    train = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "train"]
     if train:
         fig.train_steps = len(train)
         fig.trained_tokens = sum(int(r.get("num_tokens", 0)) for r in train)
