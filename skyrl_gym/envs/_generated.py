@@ -10,7 +10,7 @@ from typing import Any
 from skyrl_gym.config import config_get, config_items
 from skyrl_gym.errors import ConfigError, did_you_mean
 
-__all__ = ["SPLITS", "split_of", "check_split", "check_config_keys", "config_int"]
+__all__ = ["SPLITS", "split_of", "check_split", "check_config_keys", "config_int", "config_float"]
 
 SPLITS = ("train", "test")
 
@@ -38,6 +38,23 @@ def check_config_keys(env_config: Any, known: Iterable[str], env_id: str) -> Non
                 f"unknown {env_id} env_config key {key!r}.{did_you_mean(key, known)} "
                 f"Known keys: {', '.join(sorted(known))}"
             )
+
+
+def config_float(env_config: Any, key: str, default: float, lo: float, hi: float) -> float:
+    """``env_config[key]`` as a number in ``[lo, hi]``, or ``default`` when unset; anything else
+    (a bool, text that is not a number, NaN) raises :class:`ConfigError`."""
+    value = config_get(env_config, key, None)
+    if value is None:
+        return default
+    number = float("nan")
+    if not isinstance(value, bool) and isinstance(value, (int, float, str)):
+        try:
+            number = float(value)
+        except ValueError:
+            pass
+    if not lo <= number <= hi:  # NaN fails too
+        raise ConfigError(f"env_config {key!r} must be a number from {lo:g} to {hi:g}, got {value!r}")
+    return number
 
 
 def config_int(env_config: Any, key: str, default: int | None, lo: int, hi: int | None = None) -> int | None:

@@ -59,7 +59,7 @@ from typing import Any
 
 from skyrl_gym.config import config_get
 from skyrl_gym.core import BaseTextEnv
-from skyrl_gym.envs._generated import check_config_keys, check_split, config_int, split_of
+from skyrl_gym.envs._generated import check_config_keys, check_split, config_float, config_int, split_of
 from skyrl_gym.errors import ConfigError
 from skyrl_gym.types import BaseTextEnvStepOutput, EnvExample
 
@@ -260,17 +260,7 @@ class BisectEnv(BaseTextEnv):
                 f"env_config 'feedback' must be one of {', '.join(FEEDBACK)}, got {self.feedback!r}"
             )
         _check_feedback(self.feedback)
-        guess_reward = config_get(env_config, "guess_reward", 0.0)
-        if isinstance(guess_reward, bool) or not isinstance(guess_reward, int | float | str):
-            raise ConfigError(f"env_config 'guess_reward' must be a number from 0 to 1, got {guess_reward!r}")
-        try:
-            self.guess_reward = float(guess_reward)
-        except ValueError:
-            raise ConfigError(
-                f"env_config 'guess_reward' must be a number from 0 to 1, got {guess_reward!r}"
-            ) from None
-        if not 0.0 <= self.guess_reward <= 1.0:
-            raise ConfigError(f"env_config 'guess_reward' must be a number from 0 to 1, got {guess_reward!r}")
+        self.guess_reward = config_float(env_config, "guess_reward", 0.0, 0.0, 1.0)
         self.guess_reward_by = config_get(env_config, "guess_reward_by", "consistent")
         if self.guess_reward_by not in GUESS_REWARD_BY:
             raise ConfigError(
