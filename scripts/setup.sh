@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
-EXTRAS=${SKYRL_EXTRAS:-training,docker,litellm,http,serve,tinker,cookbook,ray,wandb,mlflow,swe,dev}
+EXTRAS=${SKYRL_EXTRAS:-training,docker,litellm,http,serve,tinker,cookbook,ray,wandb,mlflow,swe,docs,dev}
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 

@@ -26,7 +26,7 @@ def _datum(seed: int, n: int = 96) -> types.Datum:
     )
 
 
-BIG = [_datum(i) for i in range(160)]  # one request of 160 micro-batches (micro_batch_size 1)
+BIG = [_datum(i) for i in range(64)]  # one request of 64 micro-batches (micro_batch_size 1)
 SMALL = [_datum(1000 + i, 16) for i in range(2)]
 ADAM = types.AdamParams(learning_rate=1e-2)
 
