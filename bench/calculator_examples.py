@@ -23,7 +23,7 @@ set's examples, for ``skyrl train --data ... --eval-data ...`` (the same questio
 bundled rows; pass ``--stratify-by shape`` to spread them as the bundled rows are).
 
     python bench/calculator_examples.py
-    python bench/calculator_examples.py --summaries docs/measurements/main-job-2026-12-05-*.json
+    python bench/calculator_examples.py --summaries results/main-job/main-job-2026-12-05-*.json
     python bench/calculator_examples.py --trajectories runs/calculator/trajectories.jsonl
     python bench/calculator_examples.py --write-rows /tmp/rows --sets balanced --seed 3
     skyrl train --seed 3 --data /tmp/rows/balanced-train-3.jsonl --eval-data /tmp/rows/balanced-test-3.jsonl

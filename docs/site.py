@@ -5,9 +5,9 @@
     python docs/site.py --stage-only # only write build/site-src (what mkdocs.yml reads)
 
 The pages stay where a reader of the repository finds them (``README.md``, ``docs/``,
-``examples/*/README.md``); this script copies them into ``build/site-src`` with the same relative
-paths, so every relative link that works on the repository works on the site. The repository's
-``README.md`` is the home page. A file a page links to that is not a page (a flags file, a
+``examples/*/README.md``, ``results/``); this script copies them into ``build/site-src`` with
+the same relative paths, so every relative link that works on the repository works on the site.
+The repository's ``README.md`` is the home page. A file a page links to that is not a page (a flags file, a
 measurement, a script) is copied too and served as it is. The API reference is one page per
 package (``docs/api/<package>.md``), whose ``::: package`` line mkdocstrings renders from the
 docstrings of the package and its public submodules.
@@ -47,6 +47,7 @@ def pages() -> list[Path]:
     found = [Path("README.md"), Path("CHANGELOG.md")]
     found += sorted(p.relative_to(REPO) for p in (REPO / "docs").rglob("*.md"))
     found += sorted(p.relative_to(REPO) for p in (REPO / "examples").glob("*/README.md"))
+    found += sorted(p.relative_to(REPO) for p in (REPO / "results").rglob("*.md"))
     return found
 
 

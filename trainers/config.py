@@ -104,7 +104,7 @@ class TrainConfig:
     question shapes (most steps two of each), so a habit that one shape's groups reward meets the
     other shapes' groups in the same update: five seeds ended at held-out success 0.92-0.98; with
     4, 5 of 7 runs ended at 0.9 or more and the other two each lost most of one shape
-    (``docs/measurements/main-job-p8-2026-12-05.txt``)."""
+    (``results/main-job/main-job-p8-2026-12-05.txt``)."""
     group_size: int = 8
     """Samples per prompt (the GRPO group)."""
     temperature: float = 0.8

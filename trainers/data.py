@@ -86,7 +86,7 @@ class PromptSampler:
     epoch: the ``j``-th of a kind's ``n`` shuffled rows goes to position ``(j + u) / n`` of the
     epoch (``u`` a random offset per kind), so any ``m`` consecutive prompts hold about ``m`` times
     each kind's share (within 2). A plain shuffle can put one kind in the first steps and leave
-    another out for many (the main job's seed 3: docs/main-job-history.md, "Seed 3, looked at closely")."""
+    another out for many (the main job's seed 3: results/main-job/history.md, "Seed 3, looked at closely")."""
 
     def __init__(self, rows: Sequence[PromptItem], seed: int = 0, stratify_by: str | None = None) -> None:
         if not rows:

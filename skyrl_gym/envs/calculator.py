@@ -50,7 +50,7 @@ SYSTEM_PROMPT = (
 # (0.49 and 0.68 success against 0.89 and 0.91 for the others, two runs of 2026-12-04): the
 # trained model wrote "20 + 59) * 60" or "20 + 59 * 60". The third example, a second one with
 # parentheses, lifted them to 0.99 (all held-out: 0.969, 12 steps at lr 4e-5) and the baseline from
-# 0.02-0.03 to 0.086 (docs/measurements/main-job-2026-12-04-3ex-12steps-cpu.json). The other
+# 0.02-0.03 to 0.086 (results/main-job/main-job-2026-12-04-3ex-12steps-cpu.json). The other
 # side of that tilt: on a + b * c questions the untrained model added parentheses in 0.16 of
 # first calls and copied the expression in 0.09 (`bench/calculator_examples.py`, training
 # questions), and on some draws (the main job's seed 3) the trained policy wrote every plain
@@ -59,7 +59,7 @@ SYSTEM_PROMPT = (
 # 1 and 2 then ended with 0.00 on the parenthesized questions. Two of each, alternating, a
 # parenthesized one first (this set): the untrained success on the two shapes 0.19 and 0.16
 # (against 0.01 and 0.09), and with the training prompts spread by shape
-# (``bundled_stratify_by``) the main job ended at or above 0.9 on seeds 0-3 (docs/main-job-history.md, 2026-12-05).
+# (``bundled_stratify_by``) the main job ended at or above 0.9 on seeds 0-3 (results/main-job/history.md, 2026-12-05).
 _EXAMPLES = (
     ("Compute (9 + 3) * 5.", "(9 + 3) * 5", 60),
     ("What is 12 + 4 * 7?", "12 + 4 * 7", 40),

@@ -155,10 +155,12 @@ def parse_page(path: Path, root: Path = REPO) -> Page:
 
 
 def doc_pages() -> list[Path]:
-    """Every page the docs test reads: README.md, docs/**/*.md and examples/**/README.md."""
+    """Every page the docs test reads: README.md, docs/**/*.md, examples/**/README.md and
+    results/**/*.md."""
     pages = [REPO / "README.md"]
     pages += sorted((REPO / "docs").rglob("*.md"))
     pages += sorted((REPO / "examples").rglob("README.md"))
+    pages += sorted((REPO / "results").rglob("*.md"))
     return [p for p in pages if p.is_file()]
 
 
