@@ -88,7 +88,8 @@ SYSTEM_PROMPT = (
     "(the number is less than your guess) or correct. Find the number within the allowed guesses."
 )
 _QUESTION = "Find the number from {lo} to {hi}. You have {budget} guesses."
-# The worked example episodes (lo, hi, target), played by midpoint bisection with budget 6.
+# The worked example episodes (lo, hi, target) of the bundled size, played by midpoint bisection
+# with budget 6; other sizes and budgets scale them (_example_games).
 _EXAMPLES = ((1, 32, 21), (40, 71, 66), (75, 106, 80))
 _GUESS_RE = re.compile(r"<guess>\s*(.*?)\s*</guess>", re.DOTALL)
 _NUMBER_RE = re.compile(r"[+-]?\d{1,12}")
@@ -125,9 +126,28 @@ def _feedback(guess: int, target: int, left: int, interval: tuple[int, int] | No
     return f"{text}. Guesses left: {left}."
 
 
-def _example_messages(count: int, budget: int = 6, feedback: str = "plain") -> list[dict[str, str]]:
-    messages = []
+def _example_games(count: int, size: int = SIZE, budget: int = 6) -> list[tuple[int, int, int]]:
+    """The worked example games ``(lo, hi, target)`` for questions over ``size`` numbers with
+    ``budget`` guesses: :data:`_EXAMPLES` themselves for 32 numbers and 6 guesses or more, else the
+    same low ends with ranges of ``size`` numbers and each target at the same place in its range,
+    moved to the nearest number that bisection finds within the budget (so no example fails)."""
+    games = []
     for lo, hi, target in _EXAMPLES[:count]:
+        new_hi = lo + size - 1
+        place = lo + round((target - lo) * (size - 1) / (hi - lo))
+        by_distance = sorted(range(lo, new_hi + 1), key=lambda t: (abs(t - place), t))
+        reachable = [t for t in by_distance if len(bisection_guesses(lo, new_hi, t)) <= budget]
+        if not reachable:
+            raise ConfigError(f"bisect: no target of {size} numbers is found within {budget} guesses")
+        games.append((lo, new_hi, reachable[0]))
+    return games
+
+
+def _example_messages(
+    count: int, budget: int = 6, feedback: str = "plain", size: int = SIZE
+) -> list[dict[str, str]]:
+    messages = []
+    for lo, hi, target in _example_games(count, size, budget):
         messages.append({"role": "user", "content": _QUESTION.format(lo=lo, hi=hi, budget=budget)})
         low, high = lo, hi
         for i, guess in enumerate(bisection_guesses(lo, hi, target)):
@@ -153,14 +173,14 @@ def build_bisect_prompt(
     lo: int, hi: int, budget: int, *, examples: int = 1, feedback: str = "plain"
 ) -> list[dict[str, str]]:
     """The prompt of a game over ``[lo, hi]`` with ``budget`` guesses: the system prompt,
-    ``examples`` worked example episodes (0 to 3, their answers in the ``feedback`` style) and
-    the question."""
+    ``examples`` worked example episodes (0 to 3: games of the same size and budget, played by
+    bisection, their answers in the ``feedback`` style) and the question."""
     if not 0 <= examples <= len(_EXAMPLES):
         raise ConfigError(f"examples must be from 0 to {len(_EXAMPLES)}, got {examples}")
     _check_feedback(feedback)
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        *_example_messages(examples, feedback=feedback),
+        *_example_messages(examples, budget, feedback, size=hi - lo + 1),
         {"role": "user", "content": _QUESTION.format(lo=lo, hi=hi, budget=budget)},
     ]
 
@@ -324,7 +344,7 @@ class BisectEnv(BaseTextEnv):
         if examples is not None:
             messages = [
                 {"role": "system", "content": SYSTEM_PROMPT},
-                *_example_messages(examples, feedback=self.feedback),
+                *_example_messages(examples, self.budget, self.feedback, size=self.hi - self.lo + 1),
                 messages[-1],
             ]
         return messages, {}

@@ -343,3 +343,24 @@ def test_bad_rows_raise():
         skyrl_gym.make("bisect", extras=game(1, 8, 9))
     with pytest.raises(ConfigError, match="seed"):
         skyrl_gym.make("bisect", env_config={"size": 8}, extras=game(1, 8, 3))
+
+
+def test_worked_examples_are_games_of_the_question_s_size_and_budget():
+    from skyrl_gym.envs.bisect import _example_games
+
+    assert _example_games(3) == list(_EXAMPLES)  # the bundled size: the games as they always were
+    for size, budget in ((16, 4), (8, 3), (64, 7), (100, 4)):
+        games = _example_games(3, size, budget)
+        assert [g[0] for g in games] == [ex[0] for ex in _EXAMPLES]
+        for lo, hi, target in games:
+            assert hi - lo + 1 == size and lo <= target <= hi
+            assert len(bisection_guesses(lo, hi, target)) <= budget  # every example is won
+        prompt = build_bisect_prompt(200, 200 + size - 1, budget, examples=3, feedback="interval")
+        questions = [m["content"] for m in prompt if m["role"] == "user" and m["content"].startswith("Find")]
+        assert all(q.endswith(f"You have {budget} guesses.") for q in questions)
+    row = generate_bisect_rows(1, split="test")[0]
+    env, messages = _make(row, {"size": 16, "budget": 4, "examples": 2})
+    assert messages[1]["content"] == "Find the number from 1 to 16. You have 4 guesses."
+    assert _example_games(1, 8, 1) == [(1, 8, 4)]  # one guess: only the midpoint can be an example
+    with pytest.raises(ConfigError, match="within 0 guesses"):
+        _example_games(1, 8, 0)
