@@ -16,8 +16,10 @@ algorithm with what a long run needs on top: checkpoints and resume, metrics fil
 other estimators and losses, LoRA, a KL reference, asynchronous rollouts, several ranks.
 
 Every flag is the :class:`trainers.config.TrainConfig` field of the same name with its default,
-so the defaults are the main job's (``skyrl train`` with no flags). This file makes no claim
-about what the full-size run reaches: that figure is measured separately, by running it.
+so the defaults are the main job's (``skyrl train`` with no flags). At that size, seed 0 went
+from 0.160 +/- 0.025 to 0.980 +/- 0.008 held-out success in 10:57 of wall clock on 2 CPU cores
+(``results/minimal-grpo/minimal-grpo-seed0-2026-12-06.txt``; ``skyrl train`` takes about 10
+minutes for the same run, with less memory: it hands freed memory back around each update).
 """
 
 from __future__ import annotations

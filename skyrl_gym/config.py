@@ -84,6 +84,23 @@ def config_items(cfg: Any, what: str = "env_config") -> dict[str, Any]:
     )
 
 
+def without_env_class(items: dict[str, Any], env_id: str) -> dict[str, Any]:
+    """``items`` without ``env_class``. Published SkyRL configs and tests carry the env's class
+    inside its own section (``env_config=DictConfig({"env_class": "searchcode"})``); that key is
+    accepted when it names ``env_id`` and refused, with both names, when it names another env."""
+    from skyrl_gym.errors import ConfigError
+
+    if "env_class" not in items:
+        return items
+    value = items["env_class"]
+    if value is not None and str(value) != env_id:
+        raise ConfigError(
+            f"{env_id} env_config names env_class={value!r}, another env: drop the key, "
+            f"or make env {value!r} instead"
+        )
+    return {k: v for k, v in items.items() if k != "env_class"}
+
+
 def parse_env_config(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
     """``("max_turns=3", "db_dir=/d")`` -> ``{"max_turns": 3, "db_dir": "/d"}``: each VALUE is
     read as JSON when it parses (numbers, booleans, lists), else kept as a string."""

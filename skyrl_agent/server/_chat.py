@@ -24,8 +24,10 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Check roles and content; join text parts into one string; ``developer`` becomes ``system``."""
     out = []
     for i, raw in enumerate(messages):
+        if not isinstance(raw, dict):
+            raise ApiError(400, f"messages[{i}] must be an object with a role", param=f"messages[{i}]")
         role = raw.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise ApiError(
                 400,
                 f"messages[{i}].role must be one of {sorted(_ROLES)}, got {role!r}",

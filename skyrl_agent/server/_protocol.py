@@ -70,9 +70,11 @@ _TopP = Annotated[
 
 class _Request(BaseModel):
     # Unknown fields are ignored (clients send many: metadata, parallel_tool_calls, ...); known
-    # fields of the wrong type or out of range are a 400 that names the field. NaN and infinity
-    # (which Python's JSON parser reads) are refused in every number field.
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    # fields of the wrong type or out of range are a 400 that names the field. Types are strict,
+    # as the document states them: "3" or 3.5 for an integer field, or "true" for a boolean, is a
+    # 400 (a JSON integer for a number field is fine). NaN and infinity (which Python's JSON
+    # parser reads) are refused in every number field.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
 
     model: str
     n: int = Field(1, ge=1, description="Samples per prompt (at most the server's max_n).")

@@ -7,7 +7,7 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
-from skyrl_gym.config import config_get, config_items
+from skyrl_gym.config import config_get, config_items, without_env_class
 from skyrl_gym.errors import ConfigError, did_you_mean
 
 __all__ = ["SPLITS", "split_of", "check_split", "check_config_keys", "config_int", "config_float"]
@@ -32,7 +32,7 @@ def check_config_keys(env_config: Any, known: Iterable[str], env_id: str) -> Non
     """Refuse an ``env_config`` key that ``env_id`` does not read (a typo would otherwise be
     ignored), naming the closest known key."""
     known = tuple(known)
-    for key in config_items(env_config, f"{env_id} env_config"):
+    for key in without_env_class(config_items(env_config, f"{env_id} env_config"), env_id):
         if key not in known:
             raise ConfigError(
                 f"unknown {env_id} env_config key {key!r}.{did_you_mean(key, known)} "

@@ -463,3 +463,36 @@ def test_importing_the_tool_groups_loads_no_env_or_sandbox_module():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_env_class_inside_the_env_section_is_accepted_when_it_names_the_env():
+    """The published tests and configs carry ``env_class`` in the env's own section
+    (``env_config=DictConfig({"env_class": "searchcode"})``)."""
+    from omegaconf import DictConfig
+
+    from skyrl_gym.envs.search.types import SearchConfig
+    from skyrl_gym.envs.sql.types import Text2SQLConfig
+
+    env = _searchcode(DictConfig({"env_class": "searchcode"}), max_turns=2)
+    try:
+        env.init([])
+        # the published parser, which the published tests call
+        assert env._parse_action("<tool><search>binary search</search></tool>")[1:] == (
+            "search",
+            ["binary search"],
+        )
+        assert env._parse_action("no call") == (None, None, "")
+        assert env.step("<tool><python>print(6 * 7)</python></tool>").observations[0]["content"] == "42"
+    finally:
+        env.close()
+    assert SearchConfig.from_env_config({"env_class": "search"}) == SearchConfig.from_env_config({})
+    assert Text2SQLConfig.from_sources({"env_class": "text2sql"}, {}) == Text2SQLConfig.from_sources({}, {})
+    # another env's name is a mistake, and a typo still gets its "did you mean"
+    with pytest.raises(ConfigError, match=r"env_class='text2sql', another env: drop the key"):
+        _searchcode({"env_class": "text2sql"})
+    with pytest.raises(
+        ConfigError, match="unknown searchcode env_config key 'max_turn'. Did you mean 'max_turns'"
+    ):
+        _searchcode({"env_class": "searchcode", "max_turn": 3})
+    with pytest.raises(ConfigError, match="env_class='bisect', another env"):
+        skyrl_gym.make("kvchain", env_config={"env_class": "bisect"}, extras={})

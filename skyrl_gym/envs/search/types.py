@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from skyrl_gym.config import config_items
+from skyrl_gym.config import config_items, without_env_class
 from skyrl_gym.errors import ConfigError, InfrastructureError, did_you_mean
 
 __all__ = [
@@ -229,7 +229,7 @@ class SearchConfig:
         """Read a dict, an OmegaConf ``DictConfig`` or a dataclass (such as the published
         ``SearchEnvConfig``). An unknown key, or a key of the other retriever, raises
         :class:`ConfigError` with the closest known key."""
-        items = config_items(env_config, "search env_config")
+        items = without_env_class(config_items(env_config, "search env_config"), "search")
         known = (*_COMMON_KEYS, *_BM25_KEYS, *_REMOTE_KEYS)
         for key in items:
             if key not in known:

@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl_gym.config import config_items
+from skyrl_gym.config import config_items, without_env_class
 from skyrl_gym.core import BaseTextEnv
 from skyrl_gym.envs._records import ground_truth
 from skyrl_gym.envs.published_tools import DEFAULT_SEARCH_URL, PythonCodeExecutorToolGroup, SearchToolGroup
@@ -109,7 +109,7 @@ class SearchCodeConfig:
     def from_env_config(cls, env_config: Any) -> SearchCodeConfig:
         """Read a dict, an OmegaConf ``DictConfig`` or a dataclass; an unknown key raises
         :class:`ConfigError` with the closest known one."""
-        items = config_items(env_config, "searchcode env_config")
+        items = without_env_class(config_items(env_config, "searchcode env_config"), "searchcode")
         known = (*_OWN_KEYS, *_search_keys())
         for key in items:
             if key not in known:
@@ -217,6 +217,13 @@ class SearchCodeEnv(BaseTextEnv):
             hint = did_you_mean(name, names)
             return None, "unknown_tool", f"Unknown tool {name!r}: the tools are {' and '.join(names)}.{hint}"
         return group, name, tool_input
+
+    def _parse_action(self, action: str) -> tuple[str | None, str | None, list[str] | str]:
+        """The published env's parser, kept for code that calls it (its own tests do): ``(tool
+        group, tool name, [input])`` as the turn's metadata has them, ``(None, None, "")`` for a
+        malformed call."""
+        group, name, tool_input = self._parse(action)
+        return (None, None, "") if group is None else (group, name, [tool_input])
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         text = action if isinstance(action, str) else ("" if action is None else str(action))

@@ -168,13 +168,13 @@ class Text2SQLConfig:
 
         Limit fields (``explore_timeout_s``, ``max_rows``...) may be given at the top level of
         ``env_config`` or under ``env_config.limits``."""
-        from skyrl_gym.config import config_get, config_items
+        from skyrl_gym.config import config_get, config_items, without_env_class
         from skyrl_gym.errors import ConfigError, did_you_mean
 
         limit_keys = tuple(ExecutorLimits.__dataclass_fields__)
         own_keys = tuple(cls.__dataclass_fields__)
         known = (*own_keys, *limit_keys)
-        for key in config_items(env_config, "text2sql env_config"):
+        for key in without_env_class(config_items(env_config, "text2sql env_config"), "text2sql"):
             if key not in known:
                 raise ConfigError(
                     f"unknown text2sql env_config key {key!r}.{did_you_mean(key, known)} "
