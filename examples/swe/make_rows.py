@@ -34,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--instance", action="append", metavar="ID", help="only these instance ids (repeatable)")
     ap.add_argument("--limit", type=int, default=0, help="at most this many rows (0: all)")
     ap.add_argument("--out", required=True, help="the JSONL file to write")
+    ap.add_argument(
+        "--require-problem-statement",
+        action="store_true",
+        help="stop on a row without a problem statement instead of skipping it (and counting it)",
+    )
     args = ap.parse_args(argv)
 
     from skyrl_gym.envs.swe import bundled_instances
@@ -43,7 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     from skyrl_gym.errors import SkyRLError
 
     try:
-        instances = load_instances(args.tasks) if args.tasks else bundled_instances()
+        if args.tasks:
+            mode = "error" if args.require_problem_statement else "skip"
+            instances = load_instances(args.tasks, without_statement=mode)
+            if instances.summary():
+                print(f"{args.tasks}: {instances.summary()}", file=sys.stderr)
+        else:
+            instances = bundled_instances()
         if args.instance:
             wanted = set(args.instance)
             instances = [i for i in instances if i.instance_id in wanted]

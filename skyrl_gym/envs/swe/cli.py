@@ -45,6 +45,11 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
             "--instance", action="append", metavar="ID", help="only these instance ids (repeatable)"
         )
         q.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        q.add_argument(
+            "--require-problem-statement",
+            action="store_true",
+            help="stop on a row without a problem statement instead of skipping it (and counting it)",
+        )
 
     g = verbs.add_parser(
         "grade", help="grade SWE-bench predictions (instance_id, model_name_or_path, model_patch)"
@@ -189,10 +194,18 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _grade(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace, tasks: Any) -> list[Any]:
+    """The task file's instances; rows left out are counted on stderr."""
     from skyrl_gym.envs.swe.instances import load_instances
 
-    instances = load_instances(args.tasks)
+    instances = load_instances(tasks, without_statement="error" if args.require_problem_statement else "skip")
+    if instances.summary():
+        print(f"{tasks}: {instances.summary()}", file=sys.stderr)
+    return instances
+
+
+def _grade(args: argparse.Namespace) -> int:
+    instances = _load(args, args.tasks)
     predictions = load_predictions(args.predictions)
     if args.instance:
         wanted = set(args.instance)
@@ -218,9 +231,9 @@ def _grade(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from skyrl_gym.envs.swe.instances import BUNDLED_TASKS, load_instances
+    from skyrl_gym.envs.swe.instances import BUNDLED_TASKS
 
-    instances = _select(load_instances(args.tasks or BUNDLED_TASKS), args.instance)
+    instances = _select(_load(args, args.tasks or BUNDLED_TASKS), args.instance)
     results = check_instances(instances, _config(args), args.workers)
     if args.json:
         print(json.dumps(results, indent=2))

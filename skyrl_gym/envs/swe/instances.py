@@ -5,7 +5,9 @@ Published SWE-bench, SWE-bench Verified, SWE-Gym and SWE-smith rows load as they
 or real lists (as SWE-smith does). A SWE-smith row (no ``test_patch``; its ``patch`` puts the
 bug in) is read as :mod:`skyrl_gym.envs.swe.swesmith` describes. A relative ``repo_path`` is taken
 relative to the task file. A bad row raises :class:`~skyrl_gym.errors.ConfigError` naming the
-file, the row and the field.
+file, the row and the field. A row without a problem statement (most published SWE-smith rows
+have none: the issue text is generated for a subset) is skipped by :func:`load_instances` and
+counted in :attr:`Instances.skipped`, unless ``without_statement="error"``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from skyrl_gym.errors import ConfigError
 __all__ = [
     "instance_from_row",
     "load_instances",
+    "Instances",
+    "WITHOUT_STATEMENT",
     "bundled_instances",
     "bundled_swesmith_instances",
     "BUNDLED_TASKS",
@@ -232,16 +236,61 @@ def _rows_of(source: Any) -> tuple[Iterable[Mapping[str, Any]], Path | None, str
     raise ConfigError(f"cannot load instances from {type(source).__name__}; pass a path, rows or a Dataset")
 
 
+#: What :func:`load_instances` does with a row without a problem statement.
+WITHOUT_STATEMENT = ("skip", "error")
+
+
+class Instances(list):
+    """The instances of a task file (a list of :class:`SWEInstance`), with what was left out."""
+
+    skipped: dict[str, list[str]]
+    """Reason -> the instance ids (or row numbers) of the rows left out."""
+
+    def __init__(self, items: Iterable[SWEInstance] = (), skipped: dict[str, list[str]] | None = None):
+        super().__init__(items)
+        self.skipped = dict(skipped or {})
+
+    def summary(self) -> str:
+        """One line for the user: how many rows were left out and why ("" when none were)."""
+        parts = [f"{len(ids)} {reason}" for reason, ids in self.skipped.items() if ids]
+        if not parts:
+            return ""
+        return f"skipped {', '.join(parts)} (pass --require-problem-statement to stop on them instead)"
+
+
+_NO_STATEMENT = "rows without a problem statement"
+
+
+def _has_statement(row: Any) -> bool:
+    statement = row.get("problem_statement") if isinstance(row, Mapping) else None
+    return isinstance(statement, str) and bool(statement.strip())
+
+
 def load_instances(
     source: str | os.PathLike[str] | Iterable[Mapping[str, Any]] | Any,
     *,
     base_dir: str | os.PathLike[str] | None = None,
-) -> list[SWEInstance]:
+    without_statement: str = "skip",
+) -> Instances:
     """Instances from a ``.jsonl``/``.json``/``.parquet`` file, a list of rows or a
-    ``datasets.Dataset``. Instance ids must be unique."""
+    ``datasets.Dataset``. Instance ids must be unique. ``without_statement``: ``"skip"`` leaves
+    out a row whose ``problem_statement`` is missing or blank, counted in the result's
+    ``skipped``; ``"error"`` raises :class:`ConfigError` on it (as on any other bad row)."""
+    if without_statement not in WITHOUT_STATEMENT:
+        raise ConfigError(f"without_statement must be one of {WITHOUT_STATEMENT}, got {without_statement!r}")
     rows, file_dir, name = _rows_of(source)
     anchor = base_dir if base_dir is not None else file_dir
-    out = [instance_from_row(row, base_dir=anchor, where=f"{name} row {n}") for n, row in enumerate(rows, 1)]
+    out = Instances(skipped={_NO_STATEMENT: []})
+    for n, row in enumerate(rows, 1):
+        if without_statement == "skip" and isinstance(row, Mapping) and not _has_statement(row):
+            out.skipped[_NO_STATEMENT].append(str(row.get("instance_id") or f"{name} row {n}"))
+            continue
+        out.append(instance_from_row(row, base_dir=anchor, where=f"{name} row {n}"))
+    if not out and out.skipped[_NO_STATEMENT]:
+        raise ConfigError(
+            f"{name}: none of its {len(out.skipped[_NO_STATEMENT])} rows has a problem statement; "
+            "an agent needs the issue text to work from"
+        )
     seen: set[str] = set()
     for inst in out:
         if inst.instance_id in seen:

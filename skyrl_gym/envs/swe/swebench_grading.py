@@ -17,8 +17,13 @@ test summary, so result lines that the code under test prints, or an ``atexit`` 
 pytest's last line, do not count; ``swebench``'s ``parse_log_pytest`` reads every line and takes
 the last, so such a forgery passes it), and the verdict rule, which is stricter in two places: a
 SKIPPED or missing listed test is not a pass (SWE-bench counts a FAIL_TO_PASS test that is
-neither passed nor failed as neither), and a listed test that never ran is a grading-setup error
-(masked), not a silent failure. Everything around the parser (protected files, the test
+neither passed nor failed as neither, so a row whose listed tests all skip is resolved there),
+and a listed test that never ran is a grading-setup error (masked), not a silent failure. The
+first is on purpose, for training: a patch can make tests skip without touching a test file
+(``pytest.skip(..., allow_module_level=True)`` in a module they import), and under SWE-bench's
+rule every such skip would be a free reward. Its cost: a row whose gold patch leaves a listed
+test skipped (a missing optional dependency) grades unresolved here; ``skyrl swe check`` reports
+it, gold not resolved, before any training. Everything around the parser (protected files, the test
 command, offline images) is ours in both.
 """
 

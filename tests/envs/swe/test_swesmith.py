@@ -183,3 +183,43 @@ def test_skyrl_swe_check_finds_the_mirror_in_the_data_folder(capsys):
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and len(out) == 2
     assert all(r["ok"] and r["gold_resolved"] and not r["empty_resolved"] for r in out), out
+
+
+def test_rows_without_a_problem_statement_are_skipped_and_counted_or_refused(tmp_path, capsys):
+    """About 40k of SWE-smith's 52k published rows have no problem statement: they must not stop
+    a whole file, and they must not pass unnoticed either."""
+    published = rows()
+    blank = [
+        dict(published[0], instance_id="no-statement-1", problem_statement=""),
+        dict(published[1], instance_id="no-statement-2", problem_statement=None),
+    ]
+    missing = {k: v for k, v in published[0].items() if k != "problem_statement"} | {
+        "instance_id": "no-statement-3"
+    }
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in [*blank, missing, *published]))
+
+    loaded = load_instances(mixed)
+    assert [i.instance_id for i in loaded] == [r["instance_id"] for r in published]
+    assert loaded.skipped == {
+        "rows without a problem statement": ["no-statement-1", "no-statement-2", "no-statement-3"]
+    }
+    assert loaded.summary().startswith("skipped 3 rows without a problem statement (pass --require")
+    assert load_instances(BUNDLED_SWESMITH).summary() == ""  # nothing left out, nothing said
+
+    with pytest.raises(
+        ConfigError, match=r"mixed.jsonl row 1: missing or empty field\(s\) \['problem_statement'\]"
+    ):
+        load_instances(mixed, without_statement="error")
+    only_blank = tmp_path / "blank.jsonl"
+    only_blank.write_text("".join(json.dumps(r) + "\n" for r in blank))
+    with pytest.raises(ConfigError, match="none of its 2 rows has a problem statement"):
+        load_instances(only_blank)
+
+    # the command line says what it skipped, and stops instead when asked to
+    predictions = tmp_path / "preds.jsonl"
+    predictions.write_text("")
+    assert main(["grade", str(mixed), str(predictions), "--sandbox", "local"]) == 0
+    assert "skipped 3 rows without a problem statement" in capsys.readouterr().err
+    assert main(["grade", str(mixed), str(predictions), "--require-problem-statement"]) != 0
+    assert "missing or empty field(s) ['problem_statement']" in capsys.readouterr().err
