@@ -156,6 +156,22 @@ class RepoSource:
         )
         return diff.decode()
 
+    def _bug_does_not_apply(self, work: str, commit: str, bug: str, exc: Exception) -> ConfigError:
+        """The error for a bug patch that does not apply at ``commit``; it says so when the tree
+        already has the bug (the patch applies in reverse): a SWE-smith row from before July
+        2025, whose ``base_commit`` is the mirror's buggy commit, not a clean one."""
+        try:
+            git("apply", "--check", "--reverse", "--whitespace=nowarn", "-", cwd=work, input=bug.encode())
+        except SandboxError:
+            return ConfigError(f"the bug patch does not apply at {commit[:12]} of {self.path}: {exc}")
+        return ConfigError(
+            f"{commit[:12]} of {self.path} already has the row's bug (its patch applies in reverse): "
+            "the row's base_commit is a buggy commit, as in SWE-smith rows written before July 2025, "
+            "whose base_commit is the mirror's 'Bug Patch' commit. Drop base_commit from the row, so "
+            "the clean commit named by its repo ('swesmith/<owner>__<name>.<commit>') is the base, "
+            "or set base_commit to that commit's parent"
+        )
+
     def snapshot(self, ref: str, *, apply: str = "", remove: Sequence[str] = ()) -> Path:
         """A tar file of the tree at ``ref`` with a one-commit git repository (cached).
 
@@ -178,9 +194,7 @@ class RepoSource:
                 try:
                     git("apply", "--whitespace=nowarn", "-", cwd=work, input=apply.encode())
                 except SandboxError as exc:
-                    raise ConfigError(
-                        f"the bug patch does not apply at {commit[:12]} of {self.path}: {exc}"
-                    ) from None
+                    raise self._bug_does_not_apply(work, commit, apply, exc) from None
             for path in remove:
                 Path(work, path).unlink(missing_ok=True)
             git("add", "-A", cwd=work)

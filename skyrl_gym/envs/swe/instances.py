@@ -20,7 +20,7 @@ from typing import Any
 
 from skyrl_gym.envs.swe.patches import reverse_patch
 from skyrl_gym.envs.swe.swebench_grading import swebench_parser_name
-from skyrl_gym.envs.swe.swesmith import base_commit_of, is_swesmith_row
+from skyrl_gym.envs.swe.swesmith import base_commit_of, is_swesmith_row, pytest_problem, upstream_repo
 from skyrl_gym.envs.swe.types import DEFAULT_BASE_IMAGE, SWEInstance
 from skyrl_gym.errors import ConfigError
 
@@ -131,7 +131,7 @@ def instance_from_row(
 
 
 def _our_fields(
-    row: Mapping[str, Any], base_dir: str | os.PathLike[str] | None, label: str
+    row: Mapping[str, Any], base_dir: str | os.PathLike[str] | None, label: str, repo: str | None = None
 ) -> dict[str, Any]:
     """The fields this project adds to the published schemas, and the row's other columns."""
     repo_path = row.get("repo_path") or None
@@ -147,7 +147,7 @@ def _our_fields(
         install=_commands(row.get("install"), "install", label),
         test_cmd=str(row.get("test_cmd") or ""),
         # SWE-bench's own parser for the repositories it knows (Django's runner, sympy's, ...)
-        log_parser=str(row.get("log_parser") or swebench_parser_name(str(row["repo"])) or "pytest"),
+        log_parser=str(row.get("log_parser") or swebench_parser_name(repo or str(row["repo"])) or "pytest"),
         extra={k: v for k, v in row.items() if k not in _KNOWN},
     )
 
@@ -177,6 +177,9 @@ def _smith_instance(
     p2p = _test_list(row.get("PASS_TO_PASS"), "PASS_TO_PASS", label)
     if not f2p:
         raise ConfigError(f"{label}: FAIL_TO_PASS is empty; a task needs at least one test the bug breaks")
+    upstream = upstream_repo(row)
+    if not row.get("log_parser") and (problem := pytest_problem(upstream, f2p)):
+        raise ConfigError(f"{label}: {problem}")
     try:
         gold = reverse_patch(row["patch"])
     except ValueError as exc:
@@ -194,7 +197,8 @@ def _smith_instance(
         PASS_TO_PASS=p2p,
         hints_text=str(row.get("hints_text") or ""),
         bug_patch=row["patch"],
-        **_our_fields(row, base_dir, label),
+        # SWE-bench's own parser where it has one for the repository the mirror copies
+        **_our_fields(row, base_dir, label, repo=upstream),
     )
 
 

@@ -22,6 +22,24 @@ grades as any other:
 
 ``image_name`` (SWE-smith's Docker Hub image) is kept with the row's other fields; offline, the
 env image is built as for every row, from ``image`` / ``environment_setup`` / ``install``.
+
+What differs between published rows, and what happens to each:
+
+- The mirror's branches (two commits, or three with the ``Remove F2P Tests`` commit) are never
+  read: the start state and the grading tree are made from the clean commit and the row's
+  ``patch``, so nothing assumes ``HEAD~1``.
+- A row written before July 2025 carries ``base_commit`` = the mirror's ``Bug Patch`` commit
+  (the bug already in). Its patch then applies only in reverse there, and opening the repository
+  raises :class:`~skyrl_gym.errors.ConfigError` saying so and what to do (drop ``base_commit``),
+  instead of applying the bug twice.
+- The log parser: the row's ``log_parser``, else SWE-bench's parser for the repository the
+  mirror copies (:func:`upstream_repo`; Django's runner for ``swesmith/django__django.*``), else
+  pytest's. A row that pytest would grade wrong (:func:`pytest_problem`: the Python profiles of
+  :data:`NOT_PYTEST`, or test ids that are not ``path.py::name``, as every non-Python profile
+  has) is refused naming its repository, unless it brings its own ``test_cmd`` and
+  ``log_parser``.
+- A row without a problem statement is skipped and counted by
+  :func:`~skyrl_gym.envs.swe.instances.load_instances`.
 """
 
 from __future__ import annotations
@@ -38,8 +56,11 @@ from skyrl_gym.envs.swe.types import SWEInstance
 
 __all__ = [
     "SMITH_REPO",
+    "NOT_PYTEST",
     "is_swesmith_row",
     "base_commit_of",
+    "upstream_repo",
+    "pytest_problem",
     "hidden_test_files",
     "start_snapshot",
     "start_files",
@@ -64,6 +85,42 @@ def base_commit_of(row: Mapping[str, Any]) -> str | None:
         return str(row["base_commit"])
     match = SMITH_REPO.match(str(row.get("repo") or ""))
     return match.group("commit") if match else None
+
+
+#: Python repositories whose SWE-smith profile runs another test command than pytest on test
+#: ids of another form, so pytest's parser would grade them wrong.
+NOT_PYTEST: dict[str, str] = {
+    "tornadoweb/tornado": "unittest's runner and ids",
+    "un33k/python-slugify": "unittest's runner and ids",
+    "python/mypy": "pytest -k on data-driven case names",
+    "paramiko/paramiko": "a test command and log format of its own",
+    "HIPS/autograd": "a test command and log format of its own",
+}
+
+
+def upstream_repo(row: Mapping[str, Any]) -> str | None:
+    """``owner/name`` of the repository a SWE-smith mirror ``swesmith/<owner>__<name>.<commit>``
+    copies (None for another ``repo``)."""
+    match = SMITH_REPO.match(str(row.get("repo") or ""))
+    if match is None or "__" not in match.group("stem"):
+        return None
+    owner, name = match.group("stem").split("__", 1)
+    return f"{owner}/{name}"
+
+
+def pytest_problem(repo: str | None, fail_to_pass: tuple[str, ...]) -> str | None:
+    """Why a SWE-smith row cannot be graded with pytest and its parser, or None when it can:
+    its repository's profile uses another runner (:data:`NOT_PYTEST`), or its test ids are not
+    pytest's ``path.py::name`` (a non-Python profile: Go, JavaScript, Rust, ...)."""
+    fix = "give the row a test_cmd and a log_parser (a registered parser) to grade it here"
+    if repo in NOT_PYTEST:
+        return f"SWE-smith grades {repo} with {NOT_PYTEST[repo]}, not pytest; {fix}"
+    if not any(".py" in test for test in fail_to_pass):
+        return (
+            f"its FAIL_TO_PASS ids ({fail_to_pass[0]!r}, ...) are not pytest ids (path.py::name): a "
+            f"profile of another language or test runner (repository {repo or 'unknown'}); {fix}"
+        )
+    return None
 
 
 def hidden_test_files(instance: SWEInstance, base_files: set[str]) -> list[str]:

@@ -223,3 +223,74 @@ def test_rows_without_a_problem_statement_are_skipped_and_counted_or_refused(tmp
     assert "skipped 3 rows without a problem statement" in capsys.readouterr().err
     assert main(["grade", str(mixed), str(predictions), "--require-problem-statement"]) != 0
     assert "missing or empty field(s) ['problem_statement']" in capsys.readouterr().err
+
+
+def test_a_row_whose_base_commit_already_has_the_bug_is_refused_saying_why(tmp_path, monkeypatch):
+    """SWE-smith rows written before July 2025 carry base_commit = the mirror's 'Bug Patch'
+    commit: applying the row's patch there again is wrong, and must not fail obscurely."""
+    from skyrl_gym.envs.swe._repo import RepoSource
+    from skyrl_gym.envs.swe.swesmith import start_snapshot
+
+    monkeypatch.setenv("SKYRL_SWE_CACHE", str(tmp_path / "cache"))
+    clone = tmp_path / "pocketlib"
+    subprocess.run(["git", "clone", "-q", str(BUNDLED_DIR / "pocketlib.bundle"), str(clone)], check=True)
+
+    def git(*args: str, **kw) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=clone, check=True, capture_output=True, text=True, **kw
+        ).stdout
+
+    row = rows()[0]
+    git("checkout", "-q", row["repo"].rsplit(".", 1)[1])
+    git("apply", "-", input=row["patch"])
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "Bug Patch")
+    buggy = git("rev-parse", "HEAD").strip()
+
+    old_style = instance_from_row(dict(row, base_commit=buggy, repo_path=str(clone)))
+    with pytest.raises(ConfigError, match=r"already has the row's bug .*before July 2025.*Drop base_commit"):
+        start_snapshot(old_style, RepoSource(clone))
+    # the same row without base_commit starts from the repo name's clean commit, bug applied
+    current = instance_from_row(dict(row, repo_path=str(clone)))
+    assert start_snapshot(current, RepoSource(clone)).is_file()
+    # a patch that applies neither way keeps the plain message
+    unrelated = instance_from_row(
+        dict(row, base_commit=buggy, repo_path=str(clone), patch=row["patch"].replace("total", "tot4l"))
+    )
+    with pytest.raises(ConfigError, match="does not apply at") as err:
+        start_snapshot(unrelated, RepoSource(clone))
+    assert "July 2025" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (
+            {"repo": "swesmith/tornadoweb__tornado.d3c7f3f6"},
+            ["tornadoweb/tornado", "unittest", "test_cmd and a log_parser"],
+        ),
+        ({"repo": "swesmith/python__mypy.e93f06ce"}, ["python/mypy", "-k", "log_parser"]),
+        (
+            {"repo": "swesmith/gin-gonic__gin.3c12d2a8", "FAIL_TO_PASS": ["TestContextRenderJSON"]},
+            ["'TestContextRenderJSON'", "not pytest ids", "gin-gonic/gin", "test_cmd"],
+        ),
+    ],
+)
+def test_rows_that_pytest_would_grade_wrong_are_refused_naming_the_repository(change, words):
+    with pytest.raises(ConfigError) as err:
+        instance_from_row(dict(rows()[0], **change), where="smith.jsonl row 1")
+    for word in words:
+        assert word in str(err.value)
+    # with the user's own test command and parser the row loads
+    inst = instance_from_row(dict(rows()[0], **change, test_cmd="go test ./...", log_parser="pytest"))
+    assert inst.test_cmd == "go test ./..."
+
+
+def test_a_mirror_of_a_repository_swebench_knows_gets_swebench_s_parser():
+    from skyrl_gym.envs.swe.swesmith import upstream_repo
+
+    row = dict(rows()[0], repo="swesmith/django__django.f8fab6f9", FAIL_TO_PASS=["tests/test_x.py::t"])
+    assert upstream_repo(row) == "django/django"
+    assert instance_from_row(row).log_parser == "swebench:parse_log_django"
+    assert (
+        instance_from_row(rows()[0]).log_parser == "pytest"
+    )  # pocketlib: SWE-bench has no parser of its own
