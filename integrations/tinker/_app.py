@@ -27,6 +27,7 @@ import logging
 from typing import Any, Literal
 
 from integrations.tinker._requests import (
+    CheckpointTtlBody,
     CreateModelBody,
     CreateSamplingSessionBody,
     CreateSessionBody,
@@ -42,6 +43,7 @@ from integrations.tinker._requests import (
     SdkVersionBody,
     SessionBody,
     TelemetryBody,
+    WeightsInfoBody,
     validation_message,
 )
 from integrations.tinker._wire import decode_body, parse_forward_backward
@@ -351,6 +353,20 @@ def _run_routes(app: Any, state: ServerState, fastapi: Any) -> None:
     @app.get("/api/v1/checkpoints", responses=_errors())
     async def all_checkpoints(limit: int = query(100, ge=1, le=10_000), offset: int = query(0, ge=0)) -> Any:
         return state.checkpoints(None, limit, offset)
+
+    @app.delete("/api/v1/training_runs/{model_id}/checkpoints/{checkpoint_id:path}", responses=_errors(404))
+    async def delete_checkpoint(model_id: str, checkpoint_id: str) -> Any:
+        state.delete_checkpoint(model_id, checkpoint_id)
+        return None
+
+    @app.put("/api/v1/training_runs/{model_id}/checkpoints/{checkpoint_id:path}/ttl", responses=_errors(404))
+    async def checkpoint_ttl(model_id: str, checkpoint_id: str, body: CheckpointTtlBody) -> Any:
+        state.set_checkpoint_ttl(model_id, checkpoint_id, body.ttl_seconds)
+        return None
+
+    @app.post("/api/v1/weights_info", responses=_errors(404))
+    async def weights_info(body: WeightsInfoBody) -> Any:
+        return state.weights_info(body.tinker_path)
 
 
 def _sampling_routes(app: Any, state: ServerState) -> None:

@@ -28,7 +28,21 @@ import torch
 from integrations.tinker._models import TrainingModel
 from integrations.tinker.types import CheckpointKind, LoraSpec, TinkerPath, TinkerRequestError
 
-__all__ = ["StoredCheckpoint", "save", "load", "local_dir", "listing"]
+__all__ = [
+    "StoredCheckpoint",
+    "save",
+    "load",
+    "local_dir",
+    "listing",
+    "remove",
+    "set_ttl",
+    "weights_info",
+    "TTL_RANGE",
+]
+
+#: What ``PUT .../ttl`` accepts, in seconds: one hour to ten years (the client's documented range).
+TTL_RANGE = (3600, 10 * 365 * 24 * 3600)
+_TTL_FILE = "ttl.json"
 
 _FORMAT = "skyrl-tinker-checkpoint-1"
 
@@ -106,10 +120,8 @@ def save(
 
 def load(root: str | os.PathLike[str], path: TinkerPath, with_optimizer: bool) -> StoredCheckpoint:
     """Read the checkpoint at ``path``; the optimizer state only when asked (``weights`` kind)."""
-    where = local_dir(root, path)
+    where = _existing(root, path)
     meta_file = where / "meta.json"
-    if not meta_file.is_file():
-        raise TinkerRequestError(f"no checkpoint at {path}", status=404)
     try:
         meta = json.loads(meta_file.read_text())
         if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
@@ -138,6 +150,71 @@ def load(root: str | os.PathLike[str], path: TinkerPath, with_optimizer: bool) -
         ) from None
 
 
+def _expires_at(where: Path) -> datetime.datetime | None:
+    try:
+        value = json.loads((where / _TTL_FILE).read_text()).get("expires_at")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return datetime.datetime.fromisoformat(value) if isinstance(value, str) else None
+
+
+def _expired(where: Path) -> bool:
+    """True (and the checkpoint is deleted) when its TTL has passed: expiry is applied whenever
+    the checkpoint is next looked at, so an expired one is never listed, loaded or described."""
+    expires = _expires_at(where)
+    if expires is None or expires > datetime.datetime.now(datetime.UTC):
+        return False
+    shutil.rmtree(where, ignore_errors=True)
+    return True
+
+
+def _existing(root: str | os.PathLike[str], path: TinkerPath) -> Path:
+    """The directory of the checkpoint at ``path``; 404 when there is none (or it expired)."""
+    where = local_dir(root, path)
+    if not (where / "meta.json").is_file() or _expired(where):
+        raise TinkerRequestError(f"no checkpoint at {path}", status=404)
+    return where
+
+
+def remove(root: str | os.PathLike[str], path: TinkerPath) -> None:
+    """Delete the checkpoint at ``path`` (``DELETE /training_runs/{run}/checkpoints/{id}``);
+    samplers already made from it keep their weights in memory."""
+    shutil.rmtree(_existing(root, path))
+
+
+def set_ttl(root: str | os.PathLike[str], path: TinkerPath, ttl_seconds: int | None) -> None:
+    """Make the checkpoint at ``path`` expire ``ttl_seconds`` from now (None: never)."""
+    where = _existing(root, path)
+    if ttl_seconds is None:
+        (where / _TTL_FILE).unlink(missing_ok=True)
+        return
+    lo, hi = TTL_RANGE
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or not lo <= ttl_seconds <= hi:
+        raise TinkerRequestError(
+            f"ttl_seconds must be a whole number from {lo} (one hour) to {hi} (ten years), or null to "
+            f"remove the expiry; got {ttl_seconds!r}"
+        )
+    expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=ttl_seconds)
+    tmp = where / f".{_TTL_FILE}.{os.getpid()}"
+    tmp.write_text(json.dumps({"expires_at": expires.isoformat()}))
+    os.replace(tmp, where / _TTL_FILE)
+
+
+def weights_info(root: str | os.PathLike[str], path: TinkerPath) -> dict[str, Any]:
+    """What loading the checkpoint at ``path`` needs (``POST /weights_info``): its base model
+    and, for LoRA weights, the rank and which layers carry adapters."""
+    meta = json.loads((_existing(root, path) / "meta.json").read_text())
+    lora = meta.get("lora") or None
+    return {
+        "base_model": str(meta["base_model"]),
+        "is_lora": lora is not None,
+        "lora_rank": lora["rank"] if lora else None,
+        "train_unembed": lora.get("train_unembed") if lora else None,
+        "train_mlp": lora.get("train_mlp") if lora else None,
+        "train_attn": lora.get("train_attn") if lora else None,
+    }
+
+
 _TYPES = {CheckpointKind.STATE: "training", CheckpointKind.SAMPLER: "sampler"}
 
 
@@ -151,9 +228,11 @@ def listing(root: str | os.PathLike[str], model_id: str) -> list[dict[str, Any]]
         top = base / kind.value
         if not top.is_dir():
             continue
-        for meta_file in top.rglob("meta.json"):
+        for meta_file in list(top.rglob("meta.json")):  # a list: an expired one is deleted on the way
             where = meta_file.parent
             if any(part.startswith(".") for part in where.relative_to(top).parts):  # a write in progress
+                continue
+            if _expired(where):
                 continue
             try:
                 meta = json.loads(meta_file.read_text())
@@ -172,6 +251,7 @@ def listing(root: str | os.PathLike[str], model_id: str) -> list[dict[str, Any]]
                         "size_bytes": sum(f.stat().st_size for f in where.iterdir() if f.is_file()),
                         "public": False,
                         "user_metadata": meta.get("user_metadata") or None,
+                        "expires_at": (e.isoformat() if (e := _expires_at(where)) else None),
                     },
                 )
             )

@@ -44,6 +44,8 @@ __all__ = [
     "SamplingParamsBody",
     "SampleBody",
     "RequestIdBody",
+    "WeightsInfoBody",
+    "CheckpointTtlBody",
     "validation_message",
 ]
 
@@ -231,6 +233,20 @@ class LoadWeightsBody(_Body):
     base_model: str | None = Field(None, max_length=4096)
     optimizer_config: OptimizerConfigBody | None = None
     user_metadata: dict[str, Any] | None = None
+
+
+# ---------------------------------------------------------------------- checkpoints
+class WeightsInfoBody(_Body):
+    """``weights_info``: what loading a checkpoint needs."""
+
+    tinker_path: TinkerPathStr
+
+
+class CheckpointTtlBody(_Body):
+    """``PUT /training_runs/{run}/checkpoints/{id}/ttl``: expire in this many seconds, or never
+    (null). The range (one hour to ten years) is checked with the checkpoint."""
+
+    ttl_seconds: int | None
 
 
 # ---------------------------------------------------------------------- sampling

@@ -638,6 +638,27 @@ class ServerState:
             "cursor": {"offset": offset, "limit": n, "total_count": len(every)},
         }
 
+    def _checkpoint_path(self, model_id: str, checkpoint_id: str) -> TinkerPath:
+        """The checkpoint ``checkpoint_id`` (``weights/<name>`` or ``sampler_weights/<name>``) of
+        run ``model_id``; 404 for an unknown run, 400 for a malformed id."""
+        self.training_run(model_id)
+        return TinkerPath.parse(f"tinker://{model_id}/{checkpoint_id}")
+
+    def delete_checkpoint(self, model_id: str, checkpoint_id: str) -> None:
+        """``DELETE /training_runs/{model_id}/checkpoints/{checkpoint_id}``."""
+        _checkpoints.remove(self.config.checkpoint_dir, self._checkpoint_path(model_id, checkpoint_id))
+
+    def set_checkpoint_ttl(self, model_id: str, checkpoint_id: str, ttl_seconds: int | None) -> None:
+        """``PUT /training_runs/{model_id}/checkpoints/{checkpoint_id}/ttl``."""
+        path = self._checkpoint_path(model_id, checkpoint_id)
+        _checkpoints.set_ttl(self.config.checkpoint_dir, path, ttl_seconds)
+
+    def weights_info(self, tinker_path: str) -> dict[str, Any]:
+        """``POST /weights_info``: base model and LoRA layout of a checkpoint."""
+        path = TinkerPath.parse(tinker_path)
+        self.training_run(path.model_id)
+        return _checkpoints.weights_info(self.config.checkpoint_dir, path)
+
     # ------------------------------------------------------------------ sampling
     def create_sampling_session(self, body: CreateSamplingSessionBody) -> str:
         """``create_sampling_session`` on a base model or a ``tinker://`` checkpoint."""
