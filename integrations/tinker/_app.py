@@ -22,6 +22,7 @@ The OpenAPI document lists each route's request body and exactly these status co
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations.
 
+import datetime
 import json
 import logging
 from typing import Any, Literal
@@ -228,7 +229,7 @@ def _session_routes(app: Any, state: ServerState, error: Any) -> None:
 
     @app.post("/api/v1/create_session", responses=_errors())
     async def create_session(body: CreateSessionBody) -> Any:
-        session = state.create_session(body.sdk_version, body.tags)
+        session = state.create_session(body.sdk_version, body.tags, body.user_metadata, body.display_name)
         return {"type": "create_session", "session_id": session.session_id}
 
     @app.post("/api/v1/session_heartbeat", responses=_errors(410))
@@ -349,6 +350,29 @@ def _run_routes(app: Any, state: ServerState, fastapi: Any) -> None:
     @app.get("/api/v1/training_runs/{model_id}/checkpoints", responses=_errors(404))
     async def run_checkpoints(model_id: str) -> Any:
         return state.checkpoints(model_id)
+
+    @app.get("/api/v1/sessions", responses=_errors())
+    async def list_sessions(
+        limit: int = query(20, ge=1, le=1000),
+        offset: int = query(0, ge=0),
+        access_scope: Literal["owned", "accessible"] = "owned",
+    ) -> Any:
+        return state.list_sessions(limit, offset)  # one owner here: both scopes are every session
+
+    @app.get("/api/v1/sessions/{session_id}", responses=_errors(404))
+    async def get_session(session_id: str, access_scope: Literal["owned", "accessible"] = "owned") -> Any:
+        return state.session_info(session_id)
+
+    @app.get("/api/v1/audit", responses=_errors())
+    async def audit(
+        event_type: Literal["all", "checkpoints", "projects", "teams", "organizations"] = "all",
+        day: str | None = query(None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="a UTC day, YYYY-MM-DD"),
+    ) -> Any:
+        try:
+            when = datetime.date.fromisoformat(day) if day is not None else None
+        except ValueError:
+            raise TinkerRequestError(f"day must be a date as YYYY-MM-DD, got {day!r}") from None
+        return state.audit(event_type, when)
 
     @app.get("/api/v1/checkpoints", responses=_errors())
     async def all_checkpoints(limit: int = query(100, ge=1, le=10_000), offset: int = query(0, ge=0)) -> Any:

@@ -77,6 +77,9 @@ class Session:
     sampler_ids: list[str] = field(default_factory=list)
     stored_at: float = 0.0
     """When ``last_seen`` was last written to the store (monotonic; at most once a minute)."""
+    user_metadata: dict[str, Any] | None = None
+    """What the client sent with ``create_session`` (kept in memory only)."""
+    display_name: str | None = None
 
 
 @dataclass
@@ -125,6 +128,9 @@ class ServerState:
         self.sampling_sessions: dict[str, SamplingSession] = {}
         self.requests: deque[tuple[str, str, int]] = deque(maxlen=2000)
         """The latest requests as ``(method, route, status)``, for debugging and the conformance test."""
+        self.audit_log: deque[dict[str, Any]] = deque(maxlen=10_000)
+        """Checkpoint events (``checkpoint_create``, ``_read``, ``_delete``, ``_ttl_set``), oldest
+        first, as the client's ``AuditLogEntry`` (``GET /audit``; in memory, the latest 10,000)."""
         self._stored_samplers: dict[str, tuple[str, str]] = {}
         """Sampling sessions read from the store, built on first use: id -> (session id, source)."""
         if self.store is not None:
@@ -206,10 +212,17 @@ class ServerState:
                 shutil.rmtree(root / model_id / CheckpointKind.STATE.value / LATEST, ignore_errors=True)
 
     # ------------------------------------------------------------------ sessions
-    def create_session(self, sdk_version: str, tags: list[str]) -> Session:
+    def create_session(
+        self,
+        sdk_version: str,
+        tags: list[str],
+        user_metadata: dict[str, Any] | None = None,
+        display_name: str | None = None,
+    ) -> Session:
         """A new session (idle sessions are closed first)."""
         self.close_idle_sessions()
         session = Session(f"s{uuid.uuid4().hex[:16]}", sdk_version, list(tags))
+        session.user_metadata, session.display_name = user_metadata, display_name
         self.sessions[session.session_id] = session
         if self.store is not None:
             self.store.add_session(StoredSession(session.session_id, sdk_version, list(tags)))
@@ -228,6 +241,22 @@ class ServerState:
             self.store.touch_session(session_id)
             session.stored_at = session.last_seen
         return session
+
+    def list_sessions(self, limit: int, offset: int) -> dict[str, Any]:
+        """``GET /sessions``: the ids of the sessions this server knows, oldest first, one page."""
+        return {"sessions": list(self.sessions)[offset : offset + limit]}
+
+    def session_info(self, session_id: str) -> dict[str, Any]:
+        """``GET /sessions/{session_id}``: its training runs and samplers (finished ones too)."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise TinkerRequestError(f"unknown session {session_id!r}", status=404)
+        return {
+            "training_run_ids": list(session.model_ids),
+            "sampler_ids": list(session.sampler_ids),
+            "user_metadata": session.user_metadata,
+            "display_name": session.display_name,
+        }
 
     def finish_session(self, session_id: str) -> None:
         """Close a session and free its models and samplers (after their queued jobs). Idempotent."""
@@ -347,6 +376,9 @@ class ServerState:
             except BaseException:
                 if record.trained is None:
                     self.models.pop(record.model_id, None)
+                    session = self.sessions.get(record.session_id)
+                    if session is not None and record.model_id in session.model_ids:
+                        session.model_ids.remove(record.model_id)  # no run of that id exists
                     if self.store is not None:
                         self.store.drop_model(record.model_id)
                 raise
@@ -461,6 +493,7 @@ class ServerState:
 
         def work(tm: TrainingModel) -> Outcome:
             path = _checkpoints.save(root, tm, CheckpointKind.STATE, check_name(name), overwrite, meta)
+            self._audit("checkpoint_create", path, checkpoint_type="training")
             return {"path": str(path), "type": "save_weights"}
 
         return self._ordered("save_weights", body.model_id, body.seq_id, work)
@@ -478,6 +511,7 @@ class ServerState:
 
             def named(tm: TrainingModel) -> Outcome:
                 path = _checkpoints.save(root, tm, CheckpointKind.SAMPLER, check_name(name), overwrite, meta)
+                self._audit("checkpoint_create", path, checkpoint_type="sampler")
                 return {"path": str(path), "type": "save_weights_for_sampler"}
 
             return self._ordered("save_weights_for_sampler", model_id, body.seq_id, named)
@@ -519,6 +553,7 @@ class ServerState:
 
             def create() -> Outcome:
                 ckpt = _checkpoints.load(root, path, with_optimizer)
+                self._audit("checkpoint_read", path, purpose="load_weights")
                 base = self.base_models.get(record.base_model or ckpt.base_model)
                 record.base_model, record.lora = base.name, ckpt.lora
                 tm = build_training_model(record.model_id, base, ckpt.lora, self.config)
@@ -536,6 +571,7 @@ class ServerState:
 
         def into(tm: TrainingModel) -> Outcome:
             ckpt = _checkpoints.load(root, path, with_optimizer)
+            self._audit("checkpoint_read", path, purpose="load_weights")
             if (ckpt.lora is None) != (tm.lora is None) or (ckpt.lora and not ckpt.lora.same_layout(tm.lora)):
                 raise TinkerRequestError(
                     f"{path} was saved with LoRA config {ckpt.lora} but this model has {tm.lora}"
@@ -638,6 +674,31 @@ class ServerState:
             "cursor": {"offset": offset, "limit": n, "total_count": len(every)},
         }
 
+    def _audit(self, event: str, path: TinkerPath | str, **details: Any) -> None:
+        path = TinkerPath.parse(path) if isinstance(path, str) else path
+        details = {"model_id": path.model_id, "tinker_path": str(path), **details}
+        self.audit_log.append(
+            {
+                "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
+                "event": event,
+                "event_details": details,
+                "model_id": path.model_id,
+                "tinker_path": str(path),
+                "purpose": details.get("purpose"),
+            }
+        )
+
+    def audit(self, event_type: str = "all", day: datetime.date | None = None) -> dict[str, Any]:
+        """``GET /audit``: checkpoint events (the only kind this server has: projects, teams and
+        organizations have none), of one UTC day when ``day`` is given."""
+        entries = [
+            e
+            for e in self.audit_log
+            if event_type in ("all", "checkpoints")
+            and (day is None or datetime.datetime.fromisoformat(e["timestamp"]).date() == day)
+        ]
+        return {"entries": entries}
+
     def _checkpoint_path(self, model_id: str, checkpoint_id: str) -> TinkerPath:
         """The checkpoint ``checkpoint_id`` (``weights/<name>`` or ``sampler_weights/<name>``) of
         run ``model_id``; 404 for an unknown run, 400 for a malformed id."""
@@ -646,18 +707,23 @@ class ServerState:
 
     def delete_checkpoint(self, model_id: str, checkpoint_id: str) -> None:
         """``DELETE /training_runs/{model_id}/checkpoints/{checkpoint_id}``."""
-        _checkpoints.remove(self.config.checkpoint_dir, self._checkpoint_path(model_id, checkpoint_id))
+        path = self._checkpoint_path(model_id, checkpoint_id)
+        _checkpoints.remove(self.config.checkpoint_dir, path)
+        self._audit("checkpoint_delete", path)
 
     def set_checkpoint_ttl(self, model_id: str, checkpoint_id: str, ttl_seconds: int | None) -> None:
         """``PUT /training_runs/{model_id}/checkpoints/{checkpoint_id}/ttl``."""
         path = self._checkpoint_path(model_id, checkpoint_id)
         _checkpoints.set_ttl(self.config.checkpoint_dir, path, ttl_seconds)
+        self._audit("checkpoint_ttl_set", path, ttl_seconds=ttl_seconds)
 
     def weights_info(self, tinker_path: str) -> dict[str, Any]:
         """``POST /weights_info``: base model and LoRA layout of a checkpoint."""
         path = TinkerPath.parse(tinker_path)
         self.training_run(path.model_id)
-        return _checkpoints.weights_info(self.config.checkpoint_dir, path)
+        info = _checkpoints.weights_info(self.config.checkpoint_dir, path)
+        self._audit("checkpoint_read", path, purpose="weights_info")
+        return info
 
     # ------------------------------------------------------------------ sampling
     def create_sampling_session(self, body: CreateSamplingSessionBody) -> str:
@@ -680,6 +746,7 @@ class ServerState:
         """The weights saved at a ``tinker://`` path (either kind), read from disk."""
         path = TinkerPath.parse(model_path)
         ckpt = _checkpoints.load(self.config.checkpoint_dir, path, with_optimizer=False)
+        self._audit("checkpoint_read", path, purpose="sample")
         key = f"path:{path}@{ckpt.version}"  # a name saved again is another snapshot
         return Snapshot(key, ckpt.base_model, ckpt.lora, ckpt.weights, str(path))
 

@@ -1,6 +1,6 @@
 """Checkpoint management through the official client's RestClient: weights_info, a TTL (set,
-listed, refused out of range, removed, and applied when it passes) and delete. Tiny model,
-127.0.0.1."""
+listed, refused out of range, removed, and applied when it passes), delete, the audit log of
+those events, and the sessions listing. Tiny model, 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -58,6 +58,27 @@ def test_weights_info_ttl_and_delete_through_the_client(tmp_path):
         assert not where.exists()
         with pytest.raises(tinker.RequestFailedError, match="no checkpoint at"):
             client.create_training_client_from_state(state_path).result()
+        # the audit log holds those events, in order, with what read each checkpoint
+        admin = tinker.AdminClient(base_url=server.url, api_key="tml-checkpoints")
+        events = [(e.event, e.tinker_path, e.purpose) for e in admin.get_audit_log().result().entries]
+        assert events[:6] == [
+            ("checkpoint_create", state_path, None),
+            ("checkpoint_create", sampler_path, None),
+            ("checkpoint_read", state_path, "weights_info"),
+            ("checkpoint_ttl_set", state_path, None),
+            ("checkpoint_ttl_set", state_path, None),
+            ("checkpoint_delete", sampler_path, None),
+        ]
+        assert admin.get_audit_log("projects").result().entries == []
+        assert admin.get_audit_log(day=datetime.date(2001, 1, 1)).result().entries == []
+
+        # sessions: this client's, with its training run
+        sessions = rest.list_sessions().result().sessions
+        assert len(sessions) == 1
+        session = rest.get_session(sessions[0]).result()
+        assert session.training_run_ids == [training.model_id]
+        with pytest.raises(tinker.NotFoundError):
+            rest.get_session("s-no-such-session").result()
         client.close("success").result()
         failed = [r for r in server.state.requests if r[2] >= 500]
     assert not failed, failed
