@@ -171,10 +171,24 @@ def build_app(state: ServerState) -> Any:
             message = f"{request.method} {request.url.path}: {exc.detail}"
         return error(message, exc.status_code)
 
+    keys = frozenset(config.api_keys)
+
     @app.middleware("http")
     async def _record(request: fastapi.Request, call_next: Any) -> Any:
         try:
-            response = await call_next(request)
+            sent = request.headers.get("x-api-key")
+            if keys and sent not in keys and request.url.path != "/api/v1/healthz":
+                response = error(
+                    "this server accepts only its configured API keys; "
+                    + (
+                        "no X-API-Key header was sent"
+                        if sent is None
+                        else "the X-API-Key sent is not one of them"
+                    ),
+                    401,
+                )
+            else:
+                response = await call_next(request)
         except Exception as exc:  # noqa: BLE001 - a bug: logged, and answered in Tinker's shape
             if request.scope.get(_TOO_LARGE):  # raised while reading the body (maybe in a group)
                 response = JSONResponse(_too_large(config.max_request_bytes), status_code=413)

@@ -7,13 +7,14 @@
     skyrl tinker serve --model Qwen/Qwen3-0.6B=/models/qwen3-0.6b --device cuda
 
 Clients connect with ``tinker.ServiceClient(base_url="http://127.0.0.1:8000", api_key="tml-local")``
-(any key starting with ``tml-``; the server does not check it). Base models: ``smollm2-135m``
+(any key starting with ``tml-``; the server checks it only when started with ``--api-key``). Base models: ``smollm2-135m``
 (bundled), ``tiny-random`` (tests), a local model directory, or a name given with ``--model``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 
 __all__ = ["add_command", "main"]
@@ -82,6 +83,14 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help="keep sessions and models in memory only (default: in CHECKPOINT_DIR/server.sqlite3, so a "
         "restarted server serves the same runs)",
     )
+    p.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="accept only this client key (repeatable; also $SKYRL_TINKER_API_KEYS, comma-separated); "
+        "default: any key",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -116,6 +125,8 @@ def _serve(args: argparse.Namespace) -> int:
         sample_timeout_s=args.sample_timeout,
         durable=args.durable,
         seed=args.seed,
+        api_keys=tuple(args.api_key)
+        + tuple(k for k in os.environ.get("SKYRL_TINKER_API_KEYS", "").split(",") if k.strip()),
         **kwargs,
     )
     run_server(config, host=args.host, port=args.port, log_level=args.log_level)

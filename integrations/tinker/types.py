@@ -113,6 +113,11 @@ class TinkerServerConfig:
     every change), sampling sessions on disk weights and finished results in
     ``<checkpoint_dir>/server.sqlite3``, so a restarted server (even after ``kill -9``) serves the
     same runs (see :mod:`integrations.tinker._store`). Off: everything lives in memory."""
+    api_keys: tuple[str, ...] = ()
+    """The keys a client may use (the ``api_key`` it sends as ``X-API-Key``). Empty, the
+    default: any key is accepted, as on a server only this machine can reach. Set: a request
+    with another key, or none, gets 401 (except ``/api/v1/healthz``), which the client raises as
+    ``tinker.AuthenticationError``."""
     client_flags: tuple[tuple[str, Any], ...] = ()
     """``(flag, value)`` pairs sent to clients on top of the defaults in ``/client/config``
     (e.g. ``("fwdbwd_max_chunk_len", 2)`` to split every ``forward_backward`` into chunks of 2)."""

@@ -82,3 +82,17 @@ def test_weights_info_ttl_and_delete_through_the_client(tmp_path):
         client.close("success").result()
         failed = [r for r in server.state.requests if r[2] >= 500]
     assert not failed, failed
+
+
+def test_an_opt_in_key_list_answers_other_keys_with_401(tmp_path):
+    config = TinkerServerConfig(checkpoint_dir=str(tmp_path), api_keys=("tml-alice",), durable=False)
+    with TinkerServer(config) as server:
+        rest = tinker.ServiceClient(base_url=server.url, api_key="tml-alice").create_rest_client()
+        assert rest.list_training_runs().result().training_runs == []
+        with pytest.raises(tinker.AuthenticationError, match="not one of them"):
+            tinker.ServiceClient(base_url=server.url, api_key="tml-mallory").create_rest_client()
+        import httpx
+
+        assert httpx.get(f"{server.url}/api/v1/healthz", timeout=10).status_code == 200
+        unsigned = httpx.get(f"{server.url}/api/v1/training_runs", timeout=10)
+        assert unsigned.status_code == 401 and "no X-API-Key header" in unsigned.json()["error"]
