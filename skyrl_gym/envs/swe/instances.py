@@ -259,7 +259,10 @@ class Instances(list):
         parts = [f"{len(ids)} {reason}" for reason, ids in self.skipped.items() if ids]
         if not parts:
             return ""
-        return f"skipped {', '.join(parts)} (pass --require-problem-statement to stop on them instead)"
+        return (
+            f"skipped {', '.join(parts)} (--require-problem-statement, or "
+            "without_statement='error' in Python, stops on them instead)"
+        )
 
 
 _NO_STATEMENT = "rows without a problem statement"

@@ -204,7 +204,9 @@ def test_rows_without_a_problem_statement_are_skipped_and_counted_or_refused(tmp
     assert loaded.skipped == {
         "rows without a problem statement": ["no-statement-1", "no-statement-2", "no-statement-3"]
     }
-    assert loaded.summary().startswith("skipped 3 rows without a problem statement (pass --require")
+    assert loaded.summary().startswith(
+        "skipped 3 rows without a problem statement (--require-problem-statement"
+    )
     assert load_instances(BUNDLED_SWESMITH).summary() == ""  # nothing left out, nothing said
 
     with pytest.raises(
