@@ -153,9 +153,9 @@ def load(root: str | os.PathLike[str], path: TinkerPath, with_optimizer: bool) -
 def _expires_at(where: Path) -> datetime.datetime | None:
     try:
         value = json.loads((where / _TTL_FILE).read_text()).get("expires_at")
-    except (OSError, ValueError, AttributeError):
+        return datetime.datetime.fromisoformat(value) if isinstance(value, str) else None
+    except (OSError, ValueError, AttributeError, TypeError):  # none, or damaged: no expiry
         return None
-    return datetime.datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
 def _expired(where: Path) -> bool:
@@ -203,10 +203,15 @@ def set_ttl(root: str | os.PathLike[str], path: TinkerPath, ttl_seconds: int | N
 def weights_info(root: str | os.PathLike[str], path: TinkerPath) -> dict[str, Any]:
     """What loading the checkpoint at ``path`` needs (``POST /weights_info``): its base model
     and, for LoRA weights, the rank and which layers carry adapters."""
-    meta = json.loads((_existing(root, path) / "meta.json").read_text())
-    lora = meta.get("lora") or None
+    where = _existing(root, path)
+    try:
+        meta = json.loads((where / "meta.json").read_text())
+        lora = meta.get("lora") or None
+        base = str(meta["base_model"])
+    except (ValueError, KeyError, AttributeError):
+        raise TinkerRequestError(f"checkpoint {path} is damaged and cannot be read; save it again") from None
     return {
-        "base_model": str(meta["base_model"]),
+        "base_model": base,
         "is_lora": lora is not None,
         "lora_rank": lora["rank"] if lora else None,
         "train_unembed": lora.get("train_unembed") if lora else None,
