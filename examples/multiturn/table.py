@@ -72,14 +72,17 @@ def _run_row(folder: Path) -> dict:
 
 
 def _recipe(config: dict) -> str:
-    """The budget a run trained with (updates, episodes per update, learning rate, held-out rows)
-    and its env's settings (``--env-config``), which make a different task."""
+    """The budget a run trained with (updates, episodes per update, learning rate, held-out rows,
+    the loss reduction when it is not ``token_mean``) and its env's settings (``--env-config``),
+    which make a different task."""
     if not config:
         return "?"
     recipe = (
         f"{config['steps']} x {config['prompts_per_step'] * config['group_size']} eps, "
         f"lr {config['lr']:g}, eval {config['eval_prompts']} x {config['eval_samples']}"
     )
+    if config.get("reduction", "token_mean") != "token_mean":  # the loss's shape, when not the default
+        recipe += f", {config['reduction']}"
     env_config = config.get("env_config") or []
     return f"{recipe}; {' '.join(env_config)}" if env_config else recipe
 
