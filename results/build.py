@@ -134,12 +134,13 @@ def page() -> str:
     folders = sorted(p for p in RESULTS.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
     for folder in folders:
         files = sorted(p for p in folder.rglob("*") if p.is_file())
-        summaries = [(p, s) for p in files if p.suffix == ".json" and (s := _is_summary(p))]
+        parsed = {p: _is_summary(p) for p in files if p.suffix == ".json"}  # each file read once
+        summaries = [(p, s) for p, s in parsed.items() if s]
         others = [
             p
             for p in files
             if p.suffix in (".txt", ".json", ".md")
-            and not _is_summary(p)
+            and not parsed.get(p)
             and p.name not in ("config.json", "README.md")
         ]
         out += ["", f"## `{folder.name}/`", ""]

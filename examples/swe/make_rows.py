@@ -43,16 +43,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from skyrl_gym.envs.swe import bundled_instances
     from skyrl_gym.envs.swe._repo import RepoSource, resolve_repo
+    from skyrl_gym.envs.swe.cli import load_task_file
     from skyrl_gym.envs.swe.env import make_prompt
-    from skyrl_gym.envs.swe.instances import load_instances
     from skyrl_gym.errors import SkyRLError
 
     try:
         if args.tasks:
-            mode = "error" if args.require_problem_statement else "skip"
-            instances = load_instances(args.tasks, without_statement=mode)
-            if instances.summary():
-                print(f"{args.tasks}: {instances.summary()}", file=sys.stderr)
+            instances = load_task_file(args.tasks, args.require_problem_statement)
         else:
             instances = bundled_instances()
         if args.instance:

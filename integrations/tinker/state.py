@@ -608,13 +608,19 @@ class ServerState:
         on_disk = {p.parent.name for p in root.glob("*/run.json")} if root.is_dir() else set()
         return sorted(set(self.models) | on_disk)
 
-    def training_run(self, model_id: str) -> dict[str, Any]:
-        """The client's ``TrainingRun`` for ``model_id`` (``GET /training_runs/{model_id}``)."""
+    def _known_run(self, model_id: str) -> ModelRecord | None:
+        """404 unless ``model_id`` is a training run (in memory, or with a ``run.json`` on disk);
+        its record when in memory."""
         record = self.models.get(model_id)
         if not _MODEL_ID.fullmatch(model_id) or (
             record is None and not (Path(self.config.checkpoint_dir) / model_id / "run.json").is_file()
         ):
             raise TinkerRequestError(f"unknown training run {model_id!r}", status=404)
+        return record
+
+    def training_run(self, model_id: str) -> dict[str, Any]:
+        """The client's ``TrainingRun`` for ``model_id`` (``GET /training_runs/{model_id}``)."""
+        record = self._known_run(model_id)
         if record is not None:
             base, rank, meta, last = (
                 record.base_model,
@@ -664,7 +670,7 @@ class ServerState:
         """``GET /training_runs/{model_id}/checkpoints`` (one run's, unpaginated) or
         ``GET /checkpoints`` (every run's, newest first, one page)."""
         if model_id is not None:
-            self.training_run(model_id)  # 404 for an unknown run
+            self._known_run(model_id)  # 404 for an unknown run
             return {"checkpoints": _checkpoints.listing(self.config.checkpoint_dir, model_id), "cursor": None}
         every = [c for i in self._run_ids() for c in _checkpoints.listing(self.config.checkpoint_dir, i)]
         every.sort(key=lambda c: c["time"], reverse=True)
@@ -674,8 +680,7 @@ class ServerState:
             "cursor": {"offset": offset, "limit": n, "total_count": len(every)},
         }
 
-    def _audit(self, event: str, path: TinkerPath | str, **details: Any) -> None:
-        path = TinkerPath.parse(path) if isinstance(path, str) else path
+    def _audit(self, event: str, path: TinkerPath, **details: Any) -> None:
         details = {"model_id": path.model_id, "tinker_path": str(path), **details}
         self.audit_log.append(
             {
@@ -702,7 +707,7 @@ class ServerState:
     def _checkpoint_path(self, model_id: str, checkpoint_id: str) -> TinkerPath:
         """The checkpoint ``checkpoint_id`` (``weights/<name>`` or ``sampler_weights/<name>``) of
         run ``model_id``; 404 for an unknown run, 400 for a malformed id."""
-        self.training_run(model_id)
+        self._known_run(model_id)
         return TinkerPath.parse(f"tinker://{model_id}/{checkpoint_id}")
 
     def delete_checkpoint(self, model_id: str, checkpoint_id: str) -> None:
@@ -720,7 +725,7 @@ class ServerState:
     def weights_info(self, tinker_path: str) -> dict[str, Any]:
         """``POST /weights_info``: base model and LoRA layout of a checkpoint."""
         path = TinkerPath.parse(tinker_path)
-        self.training_run(path.model_id)
+        self._known_run(path.model_id)
         info = _checkpoints.weights_info(self.config.checkpoint_dir, path)
         self._audit("checkpoint_read", path, purpose="weights_info")
         return info

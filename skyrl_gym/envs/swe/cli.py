@@ -26,7 +26,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_command", "main", "load_predictions", "grade_predictions", "check_instances"]
+__all__ = [
+    "add_command",
+    "main",
+    "load_predictions",
+    "load_task_file",
+    "grade_predictions",
+    "check_instances",
+]
 
 
 def add_command(subparsers: argparse._SubParsersAction) -> None:
@@ -194,18 +201,19 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _load(args: argparse.Namespace, tasks: Any) -> list[Any]:
-    """The task file's instances; rows left out are counted on stderr."""
+def load_task_file(tasks: Any, require_problem_statement: bool = False) -> list[Any]:
+    """The instances of a task file for a command: rows without a problem statement are skipped
+    and counted on stderr, or, with ``require_problem_statement``, stop it with the error."""
     from skyrl_gym.envs.swe.instances import load_instances
 
-    instances = load_instances(tasks, without_statement="error" if args.require_problem_statement else "skip")
+    instances = load_instances(tasks, without_statement="error" if require_problem_statement else "skip")
     if instances.summary():
         print(f"{tasks}: {instances.summary()}", file=sys.stderr)
     return instances
 
 
 def _grade(args: argparse.Namespace) -> int:
-    instances = _load(args, args.tasks)
+    instances = load_task_file(args.tasks, args.require_problem_statement)
     predictions = load_predictions(args.predictions)
     if args.instance:
         wanted = set(args.instance)
@@ -233,7 +241,9 @@ def _grade(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from skyrl_gym.envs.swe.instances import BUNDLED_TASKS
 
-    instances = _select(_load(args, args.tasks or BUNDLED_TASKS), args.instance)
+    instances = _select(
+        load_task_file(args.tasks or BUNDLED_TASKS, args.require_problem_statement), args.instance
+    )
     results = check_instances(instances, _config(args), args.workers)
     if args.json:
         print(json.dumps(results, indent=2))
