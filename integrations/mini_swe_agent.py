@@ -38,6 +38,7 @@ from typing import Any
 
 import httpx
 
+from skyrl_agent.failures import Failure, FailureStage
 from skyrl_agent.server.sessions import with_reward
 from skyrl_agent.types import Trajectory
 from skyrl_gym.envs.swe.env import SWEEnv
@@ -277,6 +278,7 @@ def run_episode(
     env = SWEEnv(dict(env_config or {}), extras=instance.to_row())
     report: GradeReport | None = None
     error: str | None = None
+    failure: Failure | None = None
     agent = None
     patch, source, exit_status = "", "worktree", ""
     try:
@@ -298,8 +300,10 @@ def run_episode(
         report = grade_patch(instance, patch, config=env.config, source=env.source)
         if report.setup_error:
             error = f"listed tests never ran: {', '.join(report.missing[:5])}"
+            failure = Failure(FailureStage.GRADE, "SetupError", error, retriable=False)
     except InfrastructureError as exc:  # sandbox or grading infrastructure: says nothing of the model
-        error = f"{type(exc).__name__}: {exc}"
+        failure = Failure.of(exc, FailureStage.ENV)
+        error = str(failure)
         exit_status = exit_status or type(exc).__name__
     finally:
         env.close()
@@ -308,6 +312,8 @@ def run_episode(
     trajectories = fetch_trajectories(config.base_url, sid, reward=reward, group_id=group_id)
     for t in trajectories:
         t.masked = masked
+        if error is not None:
+            t.set_failure(failure or error)
         t.env_id = "swe"
         t.env_metrics = {**t.env_metrics, "instance_id": instance.instance_id, "harness": "mini-swe-agent"}
     return MiniSweEpisode(

@@ -22,17 +22,24 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from skyrl_agent._thread_pool import LoopThreadPool, run_in
+from skyrl_agent.failures import Failure, FailureStage
 from skyrl_agent.types import RolloutConfig, StopReason, Trajectory
 
 __all__ = ["EnvFailure", "env_call", "has_hook", "setup_and_init", "finish_episode", "may_grade"]
 
 
 class EnvFailure(Exception):
-    """An env call failed or passed a deadline (recorded in the trajectory, never raised out)."""
+    """An env call failed or passed a deadline (recorded in the trajectory, never raised out).
 
-    def __init__(self, stop: StopReason, error: str, *, abandoned: bool = False) -> None:
-        super().__init__(error)
-        self.stop, self.error = stop, error
+    ``failure`` is what went wrong (a :class:`~skyrl_agent.failures.Failure`), or, for the
+    episode's own deadline (not a failure: the episode stops with ``deadline`` and is kept), a
+    message."""
+
+    def __init__(self, stop: StopReason, failure: Failure | str, *, abandoned: bool = False) -> None:
+        super().__init__(str(failure))
+        self.stop = stop
+        self.failure: Failure | None = failure if isinstance(failure, Failure) else None
+        self.error = str(failure)
         self.abandoned = abandoned
         """True when a call was left running in its thread (the env may still be busy)."""
 
@@ -53,11 +60,13 @@ async def env_call(
     timeout_s: float,
     deadline: float,
     what: str,
+    stage: FailureStage,
     inline: bool = False,
 ) -> tuple[Any, float]:
     """Run a synchronous env call in a thread (or inline); returns (result, seconds).
 
-    ``deadline`` is the episode's (``time.monotonic()`` clock; ``math.inf`` for none)."""
+    ``deadline`` is the episode's (``time.monotonic()`` clock; ``math.inf`` for none); a
+    failure is recorded as one of ``stage``."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise EnvFailure(StopReason.DEADLINE, f"episode deadline passed before {what}")
@@ -79,10 +88,12 @@ async def env_call(
                 StopReason.DEADLINE, f"episode deadline passed during {what}", abandoned=not inline
             ) from None
         raise EnvFailure(
-            StopReason.ENV_ERROR, f"TimeoutError: {what} took longer than {timeout_s}s", abandoned=not inline
+            StopReason.ENV_ERROR,
+            Failure.timeout(stage, f"{what} took longer than {timeout_s}s"),
+            abandoned=not inline,
         ) from None
     except Exception as exc:  # noqa: BLE001 - an env failure is recorded, not raised
-        raise EnvFailure(StopReason.ENV_ERROR, f"{type(exc).__name__}: {exc} (in {what})") from exc
+        raise EnvFailure(StopReason.ENV_ERROR, Failure.of(exc, stage, what)) from exc
     return result, time.monotonic() - t0
 
 
@@ -105,6 +116,7 @@ async def setup_and_init(
             timeout_s=config.env_setup_timeout_s,
             deadline=deadline,
             what="env.setup",
+            stage=FailureStage.SETUP,
         )
         seconds += dt
     first, dt = await env_call(
@@ -114,6 +126,7 @@ async def setup_and_init(
         timeout_s=config.env_step_timeout_s,
         deadline=deadline,
         what="env.init",
+        stage=FailureStage.SETUP,
         inline=config.env_calls == "inline",
     )
     return first, seconds + dt
@@ -160,6 +173,7 @@ async def finish_episode(
                 timeout_s=config.env_grade_timeout_s,
                 deadline=math.inf,
                 what="env.grade",
+                stage=FailureStage.GRADE,
             )
             traj.env_seconds += dt
             if value is not None:
@@ -167,12 +181,22 @@ async def finish_episode(
                 if not math.isfinite(reward):
                     raise EnvFailure(
                         StopReason.ENV_ERROR,
-                        f"ValueError: env.grade() returned {value!r}, not a finite reward",
+                        Failure(
+                            FailureStage.GRADE,
+                            "ValueError",
+                            f"env.grade() returned {value!r}, not a finite reward",
+                            retriable=False,
+                        ),
                     )
                 add_grade(traj, reward)
         except EnvFailure as failure:
-            traj.stop_reason, traj.error, traj.masked = StopReason.ENV_ERROR, failure.error, True
+            traj.stop_reason, traj.masked = StopReason.ENV_ERROR, True
+            traj.set_failure(failure.failure or failure.error)
     traj.env_metrics = await finish_env(env, executor, close=close)
+    closing = traj.env_metrics.get("close_error")
+    if closing and traj.failure is None and traj.error is None:  # complete, so not masked
+        kind, _, message = str(closing).partition(": ")
+        traj.set_failure(Failure(FailureStage.CLOSE, kind, message, retriable=False))
     return traj
 
 

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from skyrl_agent._env_stages import EnvFailure, env_call, finish_episode, may_grade, setup_and_init
 from skyrl_agent._thread_pool import LoopThreadPool
+from skyrl_agent.failures import Failure, FailureStage
 from skyrl_agent.types import (
     ChatModel,
     EpisodeInfo,
@@ -129,6 +130,7 @@ class _Episode:
             timeout_s=self.config.env_step_timeout_s,
             deadline=self.deadline,
             what=f"env.step (turn {turn})",
+            stage=FailureStage.ENV,
             inline=inline,
         )
         self.in_thread = False
@@ -136,7 +138,8 @@ class _Episode:
         try:
             return as_step_output(raw)
         except TypeError as exc:
-            raise EnvFailure(StopReason.ENV_ERROR, f"TypeError: {exc} (in env.step)") from exc
+            bad = Failure(FailureStage.ENV, "TypeError", f"{exc} (in env.step)", retriable=False)
+            raise EnvFailure(StopReason.ENV_ERROR, bad) from exc
 
 
 async def play_turns(
@@ -152,18 +155,18 @@ async def play_turns(
     """Play the turns of one episode (no grading, metrics or closing); return the trajectory
     and whether an env call was left running in its thread (then the env must not be graded)."""
     ep = _Episode(env, config, executor, deadline=time.monotonic() + config.episode_deadline_s)
-    stop, error, env_busy = StopReason.MAX_TURNS, None, False
+    stop, env_busy = StopReason.MAX_TURNS, False
+    failure: Failure | None = None
     try:
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + config.episode_deadline_s):
             first = await ep.first_messages(prompt, initial)
-            stop, error = await _turn_loop(turns, ep, first, info)
+            stop, failure = await _turn_loop(turns, ep, first, info)
     except TimeoutError:  # the episode deadline passed (policy call or inline env call)
         stop, env_busy = StopReason.DEADLINE, ep.in_thread
         if ep.t_turn:
             ep.llm_s += time.monotonic() - ep.t_turn
-    except EnvFailure as failure:
-        stop, error = failure.stop, failure.error if failure.stop != StopReason.DEADLINE else None
-        env_busy = failure.abandoned
+    except EnvFailure as env_failure:
+        stop, failure, env_busy = env_failure.stop, env_failure.failure, env_failure.abandoned
     traj = Trajectory(
         prompt_ids=[],
         response_ids=[],
@@ -175,7 +178,8 @@ async def play_turns(
         turn_rewards=ep.turn_rewards,
         llm_seconds=ep.llm_s,
         env_seconds=ep.env_s,
-        error=error,
+        error=str(failure) if failure is not None else None,
+        failure=failure,
         masked=stop in (StopReason.ENV_ERROR, StopReason.POLICY_ERROR),
         prompt_id=info.prompt_id,
         group_id=info.group_id,
@@ -187,8 +191,8 @@ async def play_turns(
 
 async def _turn_loop(
     turns: Turns, ep: _Episode, first: Sequence[dict[str, Any]], info: EpisodeInfo
-) -> tuple[StopReason, str | None]:
-    """The turns until a stop; returns the stop reason and the error (raises
+) -> tuple[StopReason, Failure | None]:
+    """The turns until a stop; returns the stop reason and the failure (raises
     :class:`EnvFailure` and, at the episode deadline, ``CancelledError``)."""
     config = ep.config
     stop = turns.start(ep.env, first)
@@ -204,8 +208,7 @@ async def _turn_loop(
             # the episode-wide timeout cancels this await when the deadline passes
             reply = await turns.generate(turn, sampling)
         except Exception as exc:  # noqa: BLE001 - recorded, the episode is masked
-            error = str(exc) if isinstance(exc, UnusableReply) else f"{type(exc).__name__}: {exc}"
-            return StopReason.POLICY_ERROR, error
+            return StopReason.POLICY_ERROR, Failure.of(exc, FailureStage.POLICY)
         finally:
             ep.llm_s += time.monotonic() - ep.t_turn
             ep.t_turn = 0.0

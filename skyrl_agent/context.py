@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from skyrl_agent.types import Segment, Trajectory
+from skyrl_agent.types import Segment, Trajectory, check_context_strategy
 
 __all__ = [
     "ContextStrategy",
@@ -148,22 +148,3 @@ def _sample(traj: Trajectory, **stretch: Any) -> Trajectory:
         segments=[],
         **stretch,
     )
-
-
-def check_context_strategy(strategy: str, keep_observations: int, observation_style: str) -> None:
-    """Raise ``ConfigError`` for a context strategy that cannot run (shared by
-    ``RolloutConfig`` and ``TrainConfig``)."""
-    from skyrl_gym.errors import ConfigError
-
-    if strategy not in ("stop", "drop_observations", "summarize"):
-        raise ConfigError(
-            f"unknown context_strategy {strategy!r}; use 'stop', 'drop_observations' or 'summarize'"
-        )
-    if strategy != "stop" and observation_style != "messages":
-        raise ConfigError(
-            "context_strategy rewrites the history as chat messages, so it needs observation_style='messages'"
-        )
-    if keep_observations < 1:
-        raise ConfigError(
-            f"keep_observations must be >= 1 (the newest observation is always shown), got {keep_observations}"
-        )

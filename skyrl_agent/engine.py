@@ -17,10 +17,12 @@ stages that overlap with other episodes' generation, each with its own thread po
    verifier or test suite; its reward is added to the last turn's), ``get_metrics()`` and
    ``close()``, after the generation slot was released.
 
-An episode that fails for infrastructure reasons (env crash, env timeout, policy error) is
-retried up to ``max_retries`` times with the same seed, then kept with ``masked=True``: it is
-counted, never scored as reward 0. Seeds derive from ``(config.seed, group, sample)``, so a run
-repeats exactly with the same policy.
+An episode that fails (env crash, env timeout, policy error) records a
+:class:`~skyrl_agent.failures.Failure` and is kept with ``masked=True``: it is counted, never
+scored as reward 0. A retriable failure (a timeout, a lost connection, an infrastructure error)
+is first retried up to ``max_retries`` times with the same seed; one that is not (an env bug, an
+import error) is not, since it would fail the same way. Seeds derive from ``(config.seed, group,
+sample)``, so a run repeats exactly with the same policy.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from skyrl_agent._episode import Turns, is_chat_level, play_turns
 from skyrl_agent._thread_pool import LoopThreadPool, run_in
 from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.context import training_samples
+from skyrl_agent.failures import Failure, FailureStage, failure_key
 from skyrl_agent.loop import episode_turns
 from skyrl_agent.tasks import load_tasks
 from skyrl_agent.types import (
@@ -122,9 +125,13 @@ class RolloutStats:
     truncated_episodes: int = 0
     """Episodes ended by a budget (``max_turns``, ``context_limit``, ``deadline``)."""
     retries: int = 0
-    """Episode re-runs after infrastructure failures."""
+    """Episode re-runs after retriable failures."""
     stop_reasons: dict[str, int] = field(default_factory=dict)
     """Episodes per stop reason."""
+    failures: dict[str, int] = field(default_factory=dict)
+    """Episodes per failure, as ``stage/kind`` (``env/ConnectionError``; ``unknown/...`` for an
+    episode from a file that recorded only an error message); close failures included, though
+    they do not mask."""
     mean_reward: float = 0.0
     """Mean total reward of the unmasked episodes."""
     mean_turns: float = 0.0
@@ -143,13 +150,14 @@ class RolloutStats:
         """Count ``trajectories``."""
         reasons = Counter(str(t.stop_reason) for t in trajectories)
         good = [t for t in trajectories if not t.masked]
+        by_kind = Counter(failure_key(t) for t in trajectories if t.failure is not None or t.error)
+        failures = Counter(key.partition("/")[2] for key in by_kind.elements())
         return cls(
             episodes=len(trajectories),
             masked=sum(t.masked for t in trajectories),
             env_errors=reasons.get(StopReason.ENV_ERROR, 0),
             policy_errors=reasons.get(StopReason.POLICY_ERROR, 0),
-            timeouts=reasons.get(StopReason.DEADLINE, 0)
-            + sum(1 for t in trajectories if t.error and t.error.startswith("TimeoutError")),
+            timeouts=reasons.get(StopReason.DEADLINE, 0) + failures.get("TimeoutError", 0),
             truncated_turns=sum(t.truncated_turns for t in trajectories),
             truncated_episodes=sum(
                 reasons.get(r, 0)
@@ -157,6 +165,7 @@ class RolloutStats:
             ),
             retries=retries,
             stop_reasons=dict(reasons),
+            failures=dict(sorted(by_kind.items())),
             mean_reward=sum(t.reward for t in good) / len(good) if good else 0.0,
             mean_turns=sum(t.num_turns for t in trajectories) / len(trajectories) if trajectories else 0.0,
             generated_tokens=sum(t.num_generated_tokens for t in trajectories),
@@ -176,6 +185,7 @@ class RolloutStats:
             ("timeouts", f"{self.timeouts}"),
             ("truncated turns / episodes", f"{self.truncated_turns} / {self.truncated_episodes}"),
             ("retries", f"{self.retries}"),
+            ("failures", ", ".join(f"{k}={v}" for k, v in self.failures.items()) or "none"),
             ("stop reasons", ", ".join(f"{k}={v}" for k, v in sorted(self.stop_reasons.items()))),
             ("wall seconds", f"{self.wall_seconds:.1f}"),
         ]
@@ -286,7 +296,7 @@ class RolloutEngine:
                 if attempt:
                     retries += 1
                 traj = await self._episode(item, info, stages)
-                if not traj.masked:
+                if not traj.masked or (traj.failure is not None and not traj.failure.retriable):
                     break
             assert traj is not None
             done.append(traj)
@@ -325,19 +335,21 @@ class RolloutEngine:
                 env = await asyncio.wait_for(asyncio.shield(made), cfg.env_setup_timeout_s)
                 if hasattr(env, "seed"):
                     env.seed(info.seed)
-            except Exception as exc:  # noqa: BLE001 - a set-up failure is an infra failure: masked
+            except Exception as exc:  # noqa: BLE001 - a set-up failure is recorded: masked
                 if isinstance(exc, TimeoutError):
                     made.add_done_callback(_close_late_env)  # the thread finishes later: close then
-                    err = f"TimeoutError: env set-up took longer than {cfg.env_setup_timeout_s}s"
+                    failure = Failure.timeout(
+                        FailureStage.SETUP, f"env set-up took longer than {cfg.env_setup_timeout_s}s"
+                    )
                 else:
-                    err = f"{type(exc).__name__}: {exc}"
-                return _failed(info, f"{err} (in env set-up)", time.monotonic() - t0)
+                    failure = Failure.of(exc, FailureStage.SETUP, "env set-up")
+                return _failed(info, failure, time.monotonic() - t0)
             try:
                 initial, setup_s = await setup_and_init(
                     env, item.prompt, config=cfg, executor=stages.setup_pool
                 )
             except EnvFailure as failure:
-                traj = _failed(info, failure.error, time.monotonic() - t0)
+                traj = _failed(info, failure.failure or failure.error, time.monotonic() - t0)
                 if not failure.abandoned:  # a call still running in its thread keeps the env
                     await finish_env(env, stages.finish_pool, close=True)
                 return traj
@@ -430,7 +442,7 @@ def _close_late_env(fut: asyncio.Future[Any]) -> None:
             pass
 
 
-def _failed(info: EpisodeInfo, error: str, env_seconds: float) -> Trajectory:
+def _failed(info: EpisodeInfo, error: Failure | str, env_seconds: float) -> Trajectory:
     return Trajectory.failed(
         error,
         prompt_id=info.prompt_id,

@@ -42,6 +42,7 @@ from skyrl_agent._episode import Turns, UnusableReply, is_chat_level, play_turns
 from skyrl_agent._thread_pool import LoopThreadPool
 from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.context import drop_old_observations, split_steps
+from skyrl_agent.failures import Failure, FailureStage
 from skyrl_agent.types import (
     ChatModel,
     EpisodeInfo,
@@ -268,7 +269,7 @@ class TokenTurns:
             out = self.env.summarize_history([dict(m) for m in messages])
         except Exception as exc:  # noqa: BLE001 - an env failure, recorded and masked
             raise EnvFailure(
-                StopReason.ENV_ERROR, f"{type(exc).__name__}: {exc} (in summarize_history)"
+                StopReason.ENV_ERROR, Failure.of(exc, FailureStage.ENV, "summarize_history")
             ) from exc
         if not isinstance(out, list) or not all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
@@ -276,7 +277,12 @@ class TokenTurns:
         ):
             raise EnvFailure(
                 StopReason.ENV_ERROR,
-                "summarize_history must return a list of messages ({'role': str, 'content': str})",
+                Failure(
+                    FailureStage.ENV,
+                    "TypeError",
+                    "summarize_history must return a list of messages ({'role': str, 'content': str})",
+                    retriable=False,
+                ),
             )
         return [dict(m) for m in out]
 

@@ -45,6 +45,7 @@ from skyrl_agent.engine import (
     episode_jobs,
     is_chat_level,
 )
+from skyrl_agent.failures import Failure, FailureStage
 from skyrl_agent.types import RolloutConfig, Trajectory
 
 __all__ = ["RayConfig", "RayRolloutEngine"]
@@ -225,8 +226,10 @@ class RayRolloutEngine:
         for (_, shard), outcome in zip(busy, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 lost = True
-                error = f"{type(outcome).__name__}: {outcome} (Ray worker lost)"
-                trajs += [_lost(job, error) for job in shard]
+                failure = Failure(  # the worker, not the episode: another worker may play it
+                    FailureStage.SETUP, type(outcome).__name__, f"{outcome} (Ray worker lost)", retriable=True
+                )
+                trajs += [_lost(job, failure) for job in shard]
             else:
                 trajs += outcome[0]
                 retries += outcome[1]
@@ -243,7 +246,7 @@ class RayRolloutEngine:
         return await actor.run.remote(shard)
 
 
-def _lost(job: EpisodeJob, error: str) -> Trajectory:
+def _lost(job: EpisodeJob, error: Failure) -> Trajectory:
     group, sample, item = job
     return Trajectory.failed(
         error, prompt_id=item.prompt_id or str(group), group_id=group, sample_index=sample, env_id=item.env_id

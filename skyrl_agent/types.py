@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from skyrl_agent.failures import Failure
+
 __all__ = [
     "PromptItem",
     "EpisodeInfo",
@@ -47,6 +49,7 @@ __all__ = [
     "Segment",
     "RolloutConfig",
     "ObservationStyle",
+    "check_context_strategy",
 ]
 
 
@@ -283,7 +286,12 @@ class Trajectory:
     env_metrics: dict[str, Any] = field(default_factory=dict)
     """``env.get_metrics()`` at the end of the episode."""
     error: str | None = None
-    """What went wrong (exception type and message) when the episode failed."""
+    """What went wrong (exception type and message) when the episode failed: ``str(failure)``
+    (files written before failures were records carry only this)."""
+    failure: Failure | None = None
+    """What went wrong, as a record: stage, kind, message, whether a retry may help (see
+    :mod:`skyrl_agent.failures`). Set with ``masked`` for a failure that spoiled the episode, and
+    alone (not masked) for a failure to close an env after a complete episode."""
     masked: bool = False
     """True when an infrastructure failure spoiled the episode: train on it never."""
     prompt_id: str = ""
@@ -335,11 +343,17 @@ class Trajectory:
             if not 0 <= start <= end <= n or any(self.loss_mask[i] != 1 for i in range(start, end)):
                 raise ValueError(f"turn span {(start, end)} is not a run of generated tokens")
 
+    def set_failure(self, failure: Failure | str) -> None:
+        """Record ``failure`` (``error`` becomes its text; a bare string is kept as ``error`` only)."""
+        self.failure = failure if isinstance(failure, Failure) else None
+        self.error = str(failure)
+
     # ------------------------------------------------------------------ serialization
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (enums become strings, tuples lists)."""
         d = asdict(self)
         d["stop_reason"] = str(self.stop_reason)
+        d["failure"] = self.failure.to_dict() if self.failure is not None else None
         d["turn_spans"] = [list(s) for s in self.turn_spans]
         for seg in d["segments"]:
             seg["turn_spans"] = [list(x) for x in seg["turn_spans"]]
@@ -348,7 +362,7 @@ class Trajectory:
     @classmethod
     def failed(
         cls,
-        error: str,
+        error: Failure | str,
         *,
         prompt_id: str,
         group_id: int,
@@ -356,9 +370,10 @@ class Trajectory:
         env_id: str,
         env_seconds: float = 0.0,
     ) -> Trajectory:
-        """An episode that an infrastructure failure ended: no tokens, masked out of training
-        (never scored as reward 0), ``error`` saying what went wrong."""
-        return cls(
+        """An episode that a failure ended before it played: no tokens, masked out of training
+        (never scored as reward 0), ``error`` (a :class:`~skyrl_agent.failures.Failure`, or a
+        message) saying what went wrong."""
+        traj = cls(
             prompt_ids=[],
             response_ids=[],
             loss_mask=[],
@@ -367,13 +382,14 @@ class Trajectory:
             reward=0.0,
             stop_reason=StopReason.ENV_ERROR,
             env_seconds=env_seconds,
-            error=error,
             masked=True,
             prompt_id=prompt_id,
             group_id=group_id,
             sample_index=sample_index,
             env_id=env_id,
         )
+        traj.set_failure(error)
+        return traj
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Trajectory:
@@ -384,6 +400,8 @@ class Trajectory:
             raise ValueError(f"unknown Trajectory fields {sorted(unknown)}")
         kw = dict(d)
         kw["stop_reason"] = StopReason(kw["stop_reason"])
+        failure = kw.get("failure")
+        kw["failure"] = Failure.from_dict(failure) if isinstance(failure, Mapping) else failure
         kw["turn_spans"] = [tuple(s) for s in kw.get("turn_spans", [])]
         kw["segments"] = [
             seg
@@ -404,6 +422,25 @@ class Trajectory:
 
 
 # --------------------------------------------------------------------------- configuration
+def check_context_strategy(strategy: str, keep_observations: int, observation_style: str) -> None:
+    """Raise ``ConfigError`` for a context strategy (:mod:`skyrl_agent.context`) that cannot run
+    (shared by ``RolloutConfig`` and ``TrainConfig``)."""
+    from skyrl_gym.errors import ConfigError
+
+    if strategy not in ("stop", "drop_observations", "summarize"):
+        raise ConfigError(
+            f"unknown context_strategy {strategy!r}; use 'stop', 'drop_observations' or 'summarize'"
+        )
+    if strategy != "stop" and observation_style != "messages":
+        raise ConfigError(
+            "context_strategy rewrites the history as chat messages, so it needs observation_style='messages'"
+        )
+    if keep_observations < 1:
+        raise ConfigError(
+            f"keep_observations must be >= 1 (the newest observation is always shown), got {keep_observations}"
+        )
+
+
 @dataclass(frozen=True)
 class RolloutConfig:
     """Budgets and knobs of the agent loop and the rollout engine (pickles; builds nothing)."""
@@ -476,8 +513,6 @@ class RolloutConfig:
             <= 0
         ):
             raise ConfigError("deadlines must be positive seconds")
-        from skyrl_agent.context import check_context_strategy
-
         check_context_strategy(self.context_strategy, self.keep_observations, self.observation_style)
         if self.observation_style not in ("messages", "inline"):
             raise ConfigError(

@@ -31,6 +31,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from skyrl_agent.failures import failure_key
 from skyrl_agent.types import Trajectory
 
 __all__ = ["Episode", "load_episodes", "render_html", "write_view", "make_server", "serve", "add_command"]
@@ -230,6 +231,10 @@ def _episode_html(n: int, ep: Episode, tokenizer: Any) -> str:
         )
     if t.error:
         rows.insert(0, ("error", t.error))
+    if t.failure is not None:
+        retry = "retriable" if t.failure.retriable else "not retriable"
+        rows.insert(0, ("failure", f"{t.failure.stage} / {t.failure.kind} ({retry})"))
+        badges.append(f'<span class="badge bad">{_esc(failure_key(t))}</span>')
     table = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in rows)
     cls = "ep masked" if t.masked else "ep"
     return (
@@ -266,11 +271,13 @@ def render_html(episodes: Sequence[Episode], tokenizer: Any = None, title: str =
     trajs = [e.trajectory for e in episodes]
     good = [t for t in trajs if not t.masked]
     reasons = Counter(str(t.stop_reason) for t in trajs)
+    failures = Counter(failure_key(t) for t in trajs if t.failure is not None or t.error)
     summary = [
         ("episodes", len(trajs)),
         ("mean reward (unmasked)", f"{sum(t.reward for t in good) / len(good):.4f}" if good else "-"),
         ("masked (infrastructure failures)", len(trajs) - len(good)),
         ("stop reasons", ", ".join(f"{k}={v}" for k, v in sorted(reasons.items()))),
+        ("failures (stage/kind)", ", ".join(f"{k}={v}" for k, v in sorted(failures.items())) or "none"),
         ("mean turns", f"{sum(t.num_turns for t in trajs) / len(trajs):.2f}" if trajs else "-"),
     ]
     sessions = Counter(str(t.env_metrics["session_id"]) for t in trajs if "branch" in t.env_metrics)

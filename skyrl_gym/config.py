@@ -183,8 +183,9 @@ def add_config_arguments(parser: Any, cls: type, *, exclude: tuple[str, ...] = (
         # other field types (nested configs) are not settable from the command line
 
 
-def config_from_args(cls: type, args: Any, **overrides: Any) -> Any:
-    """Build ``cls`` from the flags :func:`add_config_arguments` added (only those given)."""
+def given_fields(cls: type, args: Any) -> dict[str, Any]:
+    """The fields of the dataclass ``cls`` that a flag :func:`add_config_arguments` added was
+    given for (the others are left ``None`` by the parser); lists become tuples."""
     import dataclasses
 
     values = {}
@@ -192,5 +193,9 @@ def config_from_args(cls: type, args: Any, **overrides: Any) -> Any:
         value = getattr(args, f.name, None)
         if value is not None:
             values[f.name] = tuple(value) if isinstance(value, list) else value
-    values.update(overrides)
-    return cls(**values)
+    return values
+
+
+def config_from_args(cls: type, args: Any, **overrides: Any) -> Any:
+    """Build ``cls`` from the flags :func:`add_config_arguments` added (only those given)."""
+    return cls(**{**given_fields(cls, args), **overrides})

@@ -41,6 +41,7 @@ __all__ = [
     "list_envs",
     "pprint_registry",
     "registry",
+    "register_entry_point",
     "load_env_creator",
     "PLUGIN_GROUP",
 ]
@@ -136,7 +137,7 @@ def register(
     """Register an env under ``id``. Raises :class:`RegistrationError` if the id is taken.
 
     ``id`` is letters, digits, ``_``, ``-`` and ``.``, or an entry-point string equal to
-    ``entry_point`` (how :func:`skyrl_gym.user_envs.register_entry_point` registers a
+    ``entry_point`` (how :func:`register_entry_point` registers a
     ``"module:Class"`` id; such an id gets no Gymnasium mirror, since ``gymnasium.make`` reads
     the ``:`` as a module to import)."""
     entry_point_id = isinstance(id, str) and bool(_ENTRY_RE.match(id)) and entry_point == id
@@ -201,17 +202,29 @@ def spec(id: str) -> EnvSpec:
     """The :class:`EnvSpec` registered under ``id``, with a "did you mean" on typos.
 
     An unregistered ``"package.module:Class"`` id is imported and registered under that string
-    (:func:`skyrl_gym.user_envs.register_entry_point`; a ``ConfigError`` says what is wrong when
+    (:func:`register_entry_point`; a ``ConfigError`` says what is wrong when
     it is not an importable ``BaseTextEnv`` subclass)."""
     _load_plugins()
     found = registry.get(id) if isinstance(id, str) else None
     if found is not None:
         return found
     if isinstance(id, str) and _ENTRY_RE.match(id):
-        from skyrl_gym.user_envs import register_entry_point
-
         return register_entry_point(id)
     raise _not_found(id)
+
+
+def register_entry_point(entry_point: str) -> EnvSpec:
+    """The spec of the entry-point id ``entry_point``: registered under that string on first use,
+    after :func:`skyrl_gym.user_envs.load_env_class` has checked it (what :func:`spec` calls for
+    an unregistered ``"module:Class"`` id)."""
+    from skyrl_gym.user_envs import load_env_class
+
+    with _lock:  # one import and one registration, however many threads ask
+        found = registry.get(entry_point)
+        if found is not None:
+            return found
+        load_env_class(entry_point)
+        return register(entry_point, entry_point, source="entry point")
 
 
 def _not_found(id: str) -> EnvNotFoundError:

@@ -7,9 +7,10 @@ takes ``--import``)::
     skyrl train --import my_pkg.envs --env my_task --data rows.parquet  # a module that registers
 
 * An **entry-point id**, ``"module:Class"``: :func:`skyrl_gym.spec` imports an unregistered id of
-  that form, checks that it names a :class:`~skyrl_gym.core.BaseTextEnv` subclass and registers
-  it under that very string (:func:`register_entry_point`). A dataset row whose ``env_class`` is
-  the same string uses the same class, in any process that reads the row.
+  that form, checks that it names a :class:`~skyrl_gym.core.BaseTextEnv` subclass
+  (:func:`load_env_class`) and registers it under that very string
+  (:func:`skyrl_gym.registration.register_entry_point`). A dataset row whose ``env_class`` is the
+  same string uses the same class, in any process that reads the row.
 * **Imports** (:func:`import_modules`): dotted module names or paths to ``.py`` files, imported
   before the env is looked up, so a module that calls ``skyrl_gym.register(...)`` at import
   registers its envs under their own ids.
@@ -38,9 +39,8 @@ from types import ModuleType
 
 from skyrl_gym.core import BaseTextEnv
 from skyrl_gym.errors import ConfigError, SkyRLError
-from skyrl_gym.registration import EnvSpec, register, registry
 
-__all__ = ["is_entry_point", "load_env_class", "register_entry_point", "import_modules"]
+__all__ = ["is_entry_point", "load_env_class", "import_modules"]
 
 _ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -76,20 +76,6 @@ def load_env_class(entry_point: str) -> type[BaseTextEnv]:
             "pass --import MODULE --env ID"
         )
     return obj
-
-
-def register_entry_point(entry_point: str) -> EnvSpec:
-    """The spec of the entry-point id ``entry_point``: registered under that string on first use,
-    after :func:`load_env_class` has checked it (what :func:`skyrl_gym.spec` calls for an
-    unregistered ``"module:Class"`` id)."""
-    from skyrl_gym import registration
-
-    with registration._lock:  # one import and one registration, however many threads ask
-        found = registry.get(entry_point)
-        if found is not None:
-            return found
-        load_env_class(entry_point)
-        return register(entry_point, entry_point, source="entry point")
 
 
 def import_modules(modules: Iterable[str]) -> list[ModuleType]:

@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from skyrl_gym.config import add_config_arguments, config_from_args, field_docs
+from skyrl_gym.config import add_config_arguments, field_docs
 
 __all__ = ["add_command", "main"]  # the verbs: train, export
 
@@ -31,6 +31,19 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
 
     # the field ``imports`` is one ``--import MODULE`` per module (the usual spelling of a repeated import)
     add_import_argument(p, help=f"{field_docs(TrainConfig)['imports']} (repeatable; default: none)")
+    p.add_argument(
+        "--config",
+        dest="config_files",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help=(
+            "Settings from a TOML, YAML or JSON file, by flag name (tables are headings; see "
+            "trainers.config_file). Repeatable: later files win, flags given here win over files. "
+            "With --resume the run directory's config.json comes first, so a resumed run needs no "
+            "flags but --run-dir and --resume."
+        ),
+    )
     p.set_defaults(handler=_run)
 
     e = subparsers.add_parser(
@@ -73,10 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from trainers.config import TrainConfig
+    from trainers.config_file import config_of_args
     from trainers.loop import train
 
-    cfg = config_from_args(TrainConfig, args)
-    result = train(cfg)
+    result = train(config_of_args(TrainConfig, args))
     if not _is_main_rank():
         _exit_if_torchrun_worker()
         return 0

@@ -50,7 +50,7 @@ class TrainConfig:
     repeatable): dotted names importable from the current directory or ``sys.path``, or paths to
     ``.py`` files. A module that calls ``skyrl_gym.register(...)`` at import so adds its envs for
     ``env`` and the rows to name. Every ``torchrun`` rank imports them; ``config.json`` records
-    them (pass them again with ``--resume``)."""
+    them (``--resume`` reads them back)."""
     env_config: tuple[str, ...] = ()
     """Settings for every env the run makes, as KEY=VALUE (VALUE read as JSON when it parses,
     else as a string), e.g. ``--env-config max_turns=3``; ``ENV.KEY=VALUE`` sets a key for one
@@ -352,7 +352,7 @@ class TrainConfig:
             raise ConfigError(
                 f"{self.advantage} discounts turn returns by gamma, which must be in [0, 1], got {self.gamma}"
             )
-        from skyrl_agent.context import check_context_strategy
+        from skyrl_agent.types import check_context_strategy
 
         check_context_strategy(self.context_strategy, self.keep_observations, self.observation_style)
         if self.dynamic_sampling and not self.skip_equal_reward_groups:
@@ -436,9 +436,8 @@ def read_flags(path: str | os.PathLike[str]) -> list[str]:
 
 def config_from_flags(flags: Sequence[str]) -> TrainConfig:
     """The :class:`TrainConfig` that ``skyrl train FLAGS`` would run (the real parser, so a
-    misspelt flag is the same error it is on the command line)."""
+    misspelt flag is the same error it is on the command line; ``--config FILE`` included)."""
     from skyrl_gym.cli import build_parser
-    from skyrl_gym.config import config_from_args
+    from trainers.config_file import config_of_args
 
-    args = build_parser().parse_args(["train", *flags])
-    return config_from_args(TrainConfig, args)
+    return config_of_args(TrainConfig, build_parser().parse_args(["train", *flags]))

@@ -19,6 +19,7 @@ from typing import Any
 
 from skyrl_agent.engine import RolloutEngine
 from skyrl_agent.evaluation import episode_success
+from skyrl_agent.failures import failure_key, fix_hint
 from skyrl_agent.tasks import with_env_config
 from skyrl_agent.types import PromptItem, RolloutConfig, SamplingParams, Trajectory
 from skyrl_gym.errors import EpisodesFailedError
@@ -91,16 +92,24 @@ def play(
 def check_not_all_failed(trajs: Sequence[Trajectory]) -> None:
     """Raise :class:`EpisodesFailedError` when every one of ``trajs`` (at least one) was lost to
     a failure: training or evaluating on nothing would hide it. Its message counts the failures
-    by their first line, most common first."""
+    by stage and kind, most common first, quotes the most common one and says how to fix it
+    (:func:`skyrl_agent.failures.fix_hint`)."""
     if not trajs or not all(t.masked for t in trajs):
         return
-    kinds = Counter((t.error or "no error recorded").splitlines()[0][:300] for t in trajs)
-    listed = "; ".join(f"{n} x {err}" for err, n in kinds.most_common(3))
+    keys = Counter(failure_key(t) for t in trajs)
+    listed = "; ".join(f"{n} x {key}" for key, n in keys.most_common(3))
+    top = next(t for t in trajs if failure_key(t) == keys.most_common(1)[0][0])
+    first = (top.error or "no error recorded").splitlines()[0][:300]
+    hint = (
+        fix_hint(top.failure)
+        if top.failure is not None
+        else "fix that cause (an env that cannot be built or a server that does not answer fails every episode)"
+    )
+    retried = "" if top.failure is None or top.failure.retriable else " (not retriable, so not retried)"
     raise EpisodesFailedError(
         f"all {len(trajs)} episodes failed before they could be scored, so there is nothing to train on "
-        f"or evaluate: {listed}. Fix that cause (an env that cannot be built or a server that does not "
-        "answer fails every episode) and run again; a failure that hits only some episodes is masked "
-        "and the run goes on"
+        f"or evaluate ({listed}). The most common: {first}{retried}. To fix it: {hint}. A failure that "
+        "hits only some episodes is masked and the run goes on"
     )
 
 

@@ -101,7 +101,9 @@ class LiteLLMChat:
                         status = getattr(exc, "status_code", None)
                         if isinstance(status, int):
                             raise PolicyHTTPError(status, str(exc)[:500]) from exc
-                        raise PolicyError(f"{type(exc).__name__}: {exc}") from exc
+                        refused = PolicyError(f"{type(exc).__name__}: {exc}")
+                        refused.retriable = False  # the same request fails the same way again
+                        raise refused from exc
                     last = exc
             if attempt < self.retry.max_attempts:
                 await asyncio.sleep(self.retry.delay(attempt, self._rng))

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from skyrl_agent.failures import Failure, FailureStage
 from skyrl_agent.types import Trajectory
 from skyrl_gym.errors import EpisodesFailedError
 from trainers.rollouts import check_not_all_failed
 
 
-def _lost(error: str) -> Trajectory:
+def _lost(error: Failure | str) -> Trajectory:
     return Trajectory.failed(error, prompt_id="p", group_id=0, sample_index=0, env_id="e")
 
 
@@ -25,9 +26,22 @@ def test_all_masked_raises_with_the_failures_counted():
     ]
     with pytest.raises(
         EpisodesFailedError,
-        match=r"all 4 episodes failed.*3 x RegistrationError: No module named 'x'; 1 x TimeoutError",
+        match=r"all 4 episodes failed.*3 x unknown/RegistrationError; 1 x unknown/TimeoutError.*"
+        r"The most common: RegistrationError: No module named 'x'\. To fix it",
     ):
         check_not_all_failed(trajs)
+
+
+def test_a_typed_failure_says_how_to_fix_it():
+    missing = Failure.of(ModuleNotFoundError("No module named 'my_env'"), FailureStage.SETUP, "env set-up")
+    with pytest.raises(EpisodesFailedError) as raised:
+        check_not_all_failed([_lost(missing)] * 2)
+    message = str(raised.value)
+    assert "2 x setup/ModuleNotFoundError" in message and "not retriable, so not retried" in message
+    assert "install it" in message and "--import" in message
+    bug = Failure.of(KeyError("answer"), FailureStage.ENV, "env.step (turn 0)")
+    with pytest.raises(EpisodesFailedError, match="it is a bug, not bad luck.*check_env"):
+        check_not_all_failed([_lost(bug)])
 
 
 def test_some_masked_or_none_is_fine():
@@ -64,3 +78,4 @@ def test_skyrl_train_stops_when_every_episode_fails(tmp_path):
     assert "all 4 episodes failed" in proc.stderr and "my_missing_dependency" in proc.stderr, proc.stderr[
         -2000:
     ]
+    assert "4 x setup/" in proc.stderr and "To fix it" in proc.stderr, proc.stderr[-2000:]
