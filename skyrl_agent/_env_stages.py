@@ -133,7 +133,13 @@ async def setup_and_init(
 
 
 #: Episodes that ended this way are graded (the env is idle and the episode is not spoiled).
-_GRADABLE = (StopReason.ENV_DONE, StopReason.MAX_TURNS, StopReason.CONTEXT_LIMIT, StopReason.DEADLINE)
+_GRADABLE = (
+    StopReason.ENV_DONE,
+    StopReason.ENV_LIMIT,
+    StopReason.MAX_TURNS,
+    StopReason.CONTEXT_LIMIT,
+    StopReason.DEADLINE,
+)
 
 
 def may_grade(traj: Trajectory, env_busy: bool) -> bool:
@@ -148,6 +154,8 @@ def add_grade(traj: Trajectory, reward: float) -> None:
     traj.grade_reward = reward
     if traj.turn_rewards:
         traj.turn_rewards[-1] += reward
+    if traj.turns:
+        traj.turns[-1].reward += reward
     if traj.turn_spans and traj.token_rewards:
         traj.token_rewards[traj.turn_spans[-1][1] - 1] += reward
     traj.reward += reward

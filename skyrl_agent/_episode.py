@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from skyrl_agent.types import (
     SamplingParams,
     StopReason,
     Trajectory,
+    Turn,
     turn_seed,
 )
 from skyrl_gym.errors import ConfigError
@@ -98,6 +100,7 @@ class _Episode:
     deadline: float
     """The episode's deadline (``time.monotonic()`` clock)."""
     turn_rewards: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
     llm_s: float = 0.0
     env_s: float = 0.0
     t_turn: float = 0.0
@@ -176,6 +179,7 @@ async def play_turns(
         reward=sum(ep.turn_rewards),
         stop_reason=stop,
         turn_rewards=ep.turn_rewards,
+        turns=ep.turns,
         llm_seconds=ep.llm_s,
         env_seconds=ep.env_s,
         error=str(failure) if failure is not None else None,
@@ -210,12 +214,26 @@ async def _turn_loop(
         except Exception as exc:  # noqa: BLE001 - recorded, the episode is masked
             return StopReason.POLICY_ERROR, Failure.of(exc, FailureStage.POLICY)
         finally:
-            ep.llm_s += time.monotonic() - ep.t_turn
+            llm_s = time.monotonic() - ep.t_turn
+            ep.llm_s += llm_s
             ep.t_turn = 0.0
+        env_before = ep.env_s
         step = await ep.step(turns.record(reply), turn)
         ep.turn_rewards.append(float(step.reward))
+        ep.turns.append(
+            Turn(
+                reward=float(step.reward),
+                done=bool(step.done),
+                truncated=None if step.truncated is None else bool(step.truncated),
+                finish_reason=_finish_reason(reply),
+                metadata=_json_values(step.metadata),
+                action=step.postprocessed_action,
+                llm_seconds=llm_s,
+                env_seconds=ep.env_s - env_before,
+            )
+        )
         if step.done:
-            return StopReason.ENV_DONE, None
+            return (StopReason.ENV_LIMIT if step.truncated else StopReason.ENV_DONE), None
         if turn == config.max_turns - 1:
             return StopReason.MAX_TURNS, None
         stop = turns.observe(step.observations)
@@ -243,6 +261,25 @@ async def run_turns(
     return await finish_episode(
         env, traj, config=config, executor=executor, grade=may_grade(traj, env_busy), close=close_env
     )
+
+
+def _finish_reason(reply: Any) -> str | None:
+    """The finish reason of a token-level reply (a ``GenerateOutput``); None for chat text."""
+    reason = getattr(reply, "finish_reason", None)
+    return None if reason is None else str(reason)
+
+
+def _json_values(metadata: Any) -> dict[str, Any]:
+    """``metadata`` as JSON values (what a trajectory file can hold): anything else becomes its
+    ``str``; a non-dict is kept under ``"value"``."""
+    if not metadata:
+        return {}
+    if not isinstance(metadata, dict):
+        metadata = {"value": metadata}
+    try:
+        return json.loads(json.dumps(metadata, default=str))
+    except (TypeError, ValueError):  # keys that are not strings, circular values
+        return {str(k): str(v) for k, v in metadata.items()}
 
 
 def is_chat_level(policy: Any) -> bool:

@@ -146,5 +146,6 @@ def _sample(traj: Trajectory, **stretch: Any) -> Trajectory:
         truncated_turns=0,
         messages=[],
         segments=[],
+        turns=[],
         **stretch,
     )

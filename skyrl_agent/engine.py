@@ -123,7 +123,8 @@ class RolloutStats:
     truncated_turns: int = 0
     """Turns cut by ``max_tokens``."""
     truncated_episodes: int = 0
-    """Episodes ended by a budget (``max_turns``, ``context_limit``, ``deadline``)."""
+    """Episodes ended by a budget (the env's own limit, ``max_turns``, ``context_limit``,
+    ``deadline``)."""
     retries: int = 0
     """Episode re-runs after retriable failures."""
     stop_reasons: dict[str, int] = field(default_factory=dict)
@@ -161,7 +162,12 @@ class RolloutStats:
             truncated_turns=sum(t.truncated_turns for t in trajectories),
             truncated_episodes=sum(
                 reasons.get(r, 0)
-                for r in (StopReason.MAX_TURNS, StopReason.CONTEXT_LIMIT, StopReason.DEADLINE)
+                for r in (
+                    StopReason.ENV_LIMIT,
+                    StopReason.MAX_TURNS,
+                    StopReason.CONTEXT_LIMIT,
+                    StopReason.DEADLINE,
+                )
             ),
             retries=retries,
             stop_reasons=dict(reasons),

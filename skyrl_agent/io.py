@@ -51,9 +51,9 @@ def load_jsonl(path: str | os.PathLike[str]) -> list[Trajectory]:
     return out
 
 
-# Columns whose values are nested dicts of arbitrary shape are stored as JSON strings, so the
+# Columns whose values are nested dicts of arbitrary shape (or may be None) are stored as JSON strings, so the
 # Arrow schema stays fixed whatever an env puts in its metrics.
-_JSON_COLUMNS = ("env_metrics", "messages", "segments")
+_JSON_COLUMNS = ("env_metrics", "messages", "segments", "turns", "failure")
 
 
 def _to_rows(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:

@@ -46,6 +46,7 @@ __all__ = [
     "ChatModel",
     "StopReason",
     "Trajectory",
+    "Turn",
     "Segment",
     "RolloutConfig",
     "ObservationStyle",
@@ -213,7 +214,10 @@ class StopReason(StrEnum):
     """Why an episode ended."""
 
     ENV_DONE = "env_done"
-    """The env said ``done`` (task finished, or the env's own limit)."""
+    """The env said ``done``: the task ended."""
+    ENV_LIMIT = "env_limit"
+    """The env said ``done`` on a limit of its own (``truncated=True`` in its step output: out
+    of tool calls, out of time), not because the task ended."""
     MAX_TURNS = "max_turns"
     """The runtime's turn budget ran out."""
     CONTEXT_LIMIT = "context_limit"
@@ -232,6 +236,32 @@ class StopReason(StrEnum):
 #: that end at a stop string (e.g. ``</sql>``); a turn that ended with EOS closed the message, so
 #: its observation is rendered as a message instead.
 ObservationStyle = Literal["messages", "inline"]
+
+
+@dataclass
+class Turn:
+    """One turn of an episode as it happened: what the env's ``step`` answered and what it cost.
+    The turn's token ids are the trajectory's, at its ``turn_spans`` entry (its stretch's, after
+    a context rewrite); this record holds what the ids do not."""
+
+    reward: float
+    """The env's reward for the turn (the last turn's includes ``grade()``'s)."""
+    done: bool = False
+    """``done`` of the env's step output."""
+    truncated: bool | None = None
+    """``truncated`` of the env's step output: True when ``done`` came from a limit of the env's
+    own; None when the env does not say."""
+    finish_reason: str | None = None
+    """Why the policy's generation ended (``stop``, ``length``...); None for a chat-level turn."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The env's step metadata (tool calls, error kinds, parsed answers), as JSON values
+    (anything else as its ``str``)."""
+    action: str | None = None
+    """The env's ``postprocessed_action``, when it gave one (the action as the env read it)."""
+    llm_seconds: float = 0.0
+    """Wall time of the turn's generation."""
+    env_seconds: float = 0.0
+    """Wall time of the turn's ``env.step``."""
 
 
 @dataclass
@@ -315,6 +345,10 @@ class Trajectory:
     """``RolloutConfig.context_strategy`` of the episode."""
     context_rewrites: int = 0
     """How often the strategy rewrote the history (``len(segments)``)."""
+    turns: list[Turn] = field(default_factory=list)
+    """One record per turn the env answered (see :class:`Turn`; ``turn_rewards`` are their
+    rewards). Empty for episodes recorded before turns were, or played outside the runtime
+    (server sessions). Training samples cut from an episode carry none."""
 
     # ------------------------------------------------------------------ derived
     @property
@@ -403,6 +437,7 @@ class Trajectory:
         failure = kw.get("failure")
         kw["failure"] = Failure.from_dict(failure) if isinstance(failure, Mapping) else failure
         kw["turn_spans"] = [tuple(s) for s in kw.get("turn_spans", [])]
+        kw["turns"] = [t if isinstance(t, Turn) else Turn(**t) for t in kw.get("turns") or []]
         kw["segments"] = [
             seg
             if isinstance(seg, Segment)

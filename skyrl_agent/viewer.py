@@ -239,9 +239,30 @@ def _episode_html(n: int, ep: Episode, tokenizer: Any) -> str:
     cls = "ep masked" if t.masked else "ep"
     return (
         f'<details class="{cls}" id="ep-{n}"><summary>{head}{"".join(badges)}</summary>'
-        f'<table class="summary">{table}</table><h4>Conversation</h4>{_messages_html(t)}'
+        f'<table class="summary">{table}</table>{_turns_html(t)}<h4>Conversation</h4>{_messages_html(t)}'
         f"<h4>Tokens</h4>{_tokens_html(t, tokenizer)}</details>"
     )
+
+
+def _turns_html(t: Trajectory) -> str:
+    """A row per recorded turn: reward, how the env and the policy ended it, timings, metadata."""
+    if not t.turns:
+        return ""
+    head = "<tr><th>turn</th><th>reward</th><th>env</th><th>policy</th><th>llm / env s</th><th>metadata</th></tr>"
+    rows = []
+    for i, turn in enumerate(t.turns):
+        ended = "done" if turn.done else "-"
+        if turn.truncated:
+            ended += " (its limit)"
+        meta = json.dumps(turn.metadata, ensure_ascii=False) if turn.metadata else "-"
+        if turn.action is not None:
+            meta = f"action read as {turn.action!r}; {meta}"
+        rows.append(
+            f"<tr><td>{i}</td><td>{turn.reward:g}</td><td>{_esc(ended)}</td>"
+            f"<td>{_esc(turn.finish_reason or '-')}</td>"
+            f"<td>{turn.llm_seconds:.2f} / {turn.env_seconds:.2f}</td><td>{_esc(meta[:400])}</td></tr>"
+        )
+    return f'<h4>Turns</h4><table class="summary turns">{head}{"".join(rows)}</table>'
 
 
 def _histogram_svg(rewards: Sequence[float], bins: int = 10) -> str:

@@ -121,9 +121,7 @@ def _coerce(name: str, value: Any, hint: Any, where: str) -> Any:
     if origin in (tuple, list):
         item = args[0] if args else str
         if isinstance(value, str) or not isinstance(value, Sequence):
-            raise ConfigError(
-                f"{where} must be a list, e.g. [{_EXAMPLES[item]}], got {value!r}"
-            )
+            raise ConfigError(f"{where} must be a list, e.g. [{_EXAMPLES[item]}], got {value!r}")
         return tuple(_scalar(v, item, f"{where}[{i}]") for i, v in enumerate(value))
     if hint in (bool, int, float, str):
         return _scalar(value, hint, where)

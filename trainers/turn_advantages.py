@@ -227,7 +227,7 @@ def episode_turns(traj: Trajectory, anchor: AnchorKind = "observation") -> Episo
             f"episode {traj.prompt_id!r} sample {traj.sample_index} has {len(rewards)} turn rewards but "
             f"{len(spans)} turn spans: turn-level advantages need one reward per generated turn"
         )
-    if rewards and traj.stop_reason == "env_done":
+    if rewards and traj.stop_reason in ("env_done", "env_limit"):  # the env's last reward is its outcome
         outcome = rewards[-1]
         process = rewards[:-1] + [0.0]
     else:
