@@ -5,8 +5,8 @@ any other source of scored :class:`~skyrl_agent.types.Trajectory` objects.
 An episode of an external harness can give several trajectories: one per stretch of history the
 harness sent (a harness that drops or rewrites earlier messages starts a new one each time). Each
 trajectory trains with its episode's advantage, and each episode counts once in its group's
-baseline however many trajectories it has (:func:`trainers.advantages.episode_advantages`), as
-the trainer's own loop does for step-wise samples.
+baseline however many trajectories it has (:func:`trainers.advantages.episode_advantages`): the
+rows and their index come from :func:`trainers.rows.training_rows`, as in the trainer's own loop.
 
 ::
 
@@ -25,6 +25,7 @@ from skyrl_gym.errors import ConfigError
 from trainers.advantages import episode_advantages
 from trainers.batch import collate
 from trainers.config import TrainConfig
+from trainers.rows import training_rows
 from trainers.step import StepStats, train_step
 
 __all__ = ["train_on_episodes"]
@@ -60,12 +61,12 @@ def train_on_episodes(
         kept.append(live)
     if not kept:
         raise ConfigError("no episode has a trajectory to train on (all empty or masked)")
-    owner_S = torch.tensor([e for e, trajectories in enumerate(kept) for _ in trajectories])
-    batch = collate([t for trajectories in kept for t in trajectories], pad_id=pad_id)
+    rows = training_rows(kept)
+    batch = collate(rows.rows, pad_id=pad_id)
     adv_E = episode_advantages(
         cfg.advantage,
         torch.tensor([ts[0].reward for ts in kept], dtype=torch.float32),
         torch.tensor([ts[0].group_id for ts in kept]),
     )
-    batch.advantages_BT = adv_E[owner_S][:, None] * batch.mask_BT  # S x T
+    batch.advantages_BT = rows.broadcast(adv_E, batch.mask_BT)  # rows x T
     return train_step(model, optimizer, batch, cfg)

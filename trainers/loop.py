@@ -39,7 +39,6 @@ from typing import Any
 
 import torch
 
-from skyrl_agent.context import training_samples
 from skyrl_agent.tasks import check_env_ids
 from skyrl_agent.types import PromptItem, Trajectory
 from skyrl_gym.errors import ConfigError
@@ -57,6 +56,7 @@ from trainers.metrics import MetricsLogger, plot_metrics
 from trainers.models import Learner, build_learner
 from trainers.resume import RunFiles, open_run, restore, save
 from trainers.rollouts import by_turn, rollout_metrics, rollout_step, select_trainable
+from trainers.rows import count_rows, training_rows
 from trainers.shaping import is_truncated, shape_overlong
 from trainers.step import train_step
 from trainers.trackers import open_trackers
@@ -275,7 +275,7 @@ def kept_share(
         kept, left = len(set(batch.group_ids_B.tolist())), len({t.group_id for t in left_out})
     else:  # one sequence per episode, or per turn / stretch of rewritten history
         kept = batch.input_ids_BT.shape[0]
-        left = sum(len(training_samples(t, step_wise)) for t in left_out)
+        left = count_rows(left_out, step_wise)
     return kept / (kept + left) if kept + left else 1.0
 
 
@@ -290,27 +290,21 @@ def _update(
     reward in their group's baseline but train no token; ``left_out`` (equal-reward groups that
     still count in the loss's mean) scale the loss by :func:`kept_share`."""
     cfg, dist = learner.cfg, learner.dist
-    # several samples per episode (each turn, or each stretch of a rewritten history), or one
-    per_step = cfg.step_wise or any(t.segments for t in trainable)
-    pairs = (
-        [(i, s) for i, t in enumerate(trainable) for s in training_samples(t, cfg.step_wise)]
-        if per_step
-        else []
-    )
-    owner = [i for i, _ in pairs]  # the episode of each sample
-    samples = [s for _, s in pairs] if per_step else trainable
-    batch = collate(samples, pad_id=learner.policy.pad_token_id).to(dist.device)
+    # one row per episode, or several (each turn, or each stretch of a rewritten history)
+    rows = training_rows(trainable, cfg.step_wise)
+    per_step = not rows.whole
+    batch = collate(rows.rows, pad_id=learner.policy.pad_token_id).to(dist.device)
     turn_stats: dict[str, float] = {}
     if no_loss and any(no_loss):
-        rows = [no_loss[i] for i in owner] if per_step else no_loss
-        batch.mask_BT[torch.tensor(rows, device=batch.mask_BT.device)] = 0.0
-    if per_step:  # every sample gets its episode's advantage; each episode counts once
+        silenced = [no_loss[e] for e in rows.episode]
+        batch.mask_BT[torch.tensor(silenced, device=batch.mask_BT.device)] = 0.0
+    if per_step:  # every row gets its episode's advantage; each episode counts once
         adv_E = episode_advantages(
             cfg.advantage,
             torch.tensor([t.reward for t in trainable]),
             torch.tensor([t.group_id for t in trainable]),
         ).to(batch.mask_BT.device)
-        batch.advantages_BT = adv_E[torch.tensor(owner, device=adv_E.device)][:, None] * batch.mask_BT
+        batch.advantages_BT = rows.broadcast(adv_E, batch.mask_BT)
     elif by_turn(cfg.advantage):  # each turn its own advantage (trainers.turn_advantages)
         batch.advantages_BT = turn_level_advantages(
             cfg.advantage,
@@ -361,7 +355,7 @@ def _update(
     if left_out:
         metrics["loss_weight"] = batch.loss_weight
     if per_step:
-        metrics["samples_per_episode"] = len(samples) / len(trainable)
+        metrics["samples_per_episode"] = len(rows.rows) / len(trainable)
     sync_s = learner.sync_sampler()  # in flight: lands between the sampler's batches
     if sync_s is not None:
         metrics["sync_seconds"] = sync_s
