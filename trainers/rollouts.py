@@ -206,9 +206,12 @@ def rollout_metrics(
     rb: RolloutBatch, good: Sequence[Trajectory], flat: set[int], *, step: int, wait_s: float
 ) -> dict[str, Any]:
     """A step's rollout numbers for the metrics log: rewards and success of the good episodes,
-    how many were lost, lengths, timings and how stale the sampler's weights were."""
+    how many were lost (and, as ``failures/<stage>/<kind>``, to what), lengths, timings and how
+    stale the sampler's weights were."""
     trajs = rb.trajectories
+    failures = Counter(failure_key(t) for t in trajs if t.failure is not None or t.error)
     return {
+        **{f"failures/{key}": n for key, n in sorted(failures.items())},
         "reward_mean": sum(t.reward for t in good) / len(good) if good else 0.0,
         "success_rate": sum(episode_success(t) for t in good) / len(good) if good else 0.0,
         "episodes": len(trajs),

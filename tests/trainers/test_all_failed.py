@@ -79,3 +79,21 @@ def test_skyrl_train_stops_when_every_episode_fails(tmp_path):
         -2000:
     ]
     assert "4 x setup/" in proc.stderr and "To fix it" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_the_step_metrics_count_failures_by_stage_and_kind():
+    from trainers.async_rollouts import RolloutBatch
+    from trainers.rollouts import rollout_metrics
+
+    lost = Failure.of(ConnectionError("reset"), FailureStage.ENV, "env.step (turn 1)")
+    ok = _lost("x")
+    ok.masked, ok.error = False, None
+    trajs = [_lost(lost), _lost(lost), _lost("TimeoutError: old file"), ok]
+    batch = RolloutBatch(step=1, trajectories=trajs, sampler_state={}, policy_version=0, gen_seconds=1.0)
+    m = rollout_metrics(batch, [ok], set(), step=1, wait_s=0.0)
+    assert m["masked"] == 3
+    assert m["failures/env/ConnectionError"] == 2 and m["failures/unknown/TimeoutError"] == 1
+    assert not any(k.startswith("failures/") for k in rollout_metrics(
+        RolloutBatch(step=1, trajectories=[ok], sampler_state={}, policy_version=0, gen_seconds=1.0),
+        [ok], set(), step=1, wait_s=0.0,
+    ))  # fmt: skip
