@@ -3,7 +3,9 @@
 A file holds :class:`~trainers.config.TrainConfig` fields by their flag names (``max_turns`` or
 ``max-turns``), in TOML, YAML or JSON (by its suffix; a run directory's ``config.json`` is one).
 Tables are headings only: ``[rollouts]`` followed by ``max_turns = 10`` sets ``max_turns``, so a
-file can group its settings as it likes. ``env_config`` may be a table of its own::
+file can group its settings as it likes (a heading may share a setting's name, ``[model]`` or
+``[data]``: no setting but ``env_config`` takes a table). ``env_config`` may be a table of its
+own::
 
     env = "kvchain"
     steps = 3
@@ -84,11 +86,11 @@ def read_config_file(path: str | os.PathLike[str], cls: type) -> dict[str, Any]:
 
     def take(key: str, value: Any, where: str) -> None:
         name = str(key).replace("-", "_")
+        if isinstance(value, Mapping) and not where and name != "env_config":
+            for k, v in value.items():  # a heading (``[model]`` and ``[data]`` too): its keys are fields
+                take(k, v, f"[{key}] ")
+            return
         if name not in fields:
-            if isinstance(value, Mapping) and not where:  # a heading: its keys are fields
-                for k, v in value.items():
-                    take(k, v, f"[{key}] ")
-                return
             raise ConfigError(
                 f"config file {path}: {where}{key!r} is not a setting of skyrl train."
                 f"{did_you_mean(name, fields) or ''} (`skyrl train --help` lists them; a table is a "

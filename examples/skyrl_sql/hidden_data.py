@@ -38,6 +38,8 @@ Everything is generated from ``seed``: :func:`write_task` builds the SQLite file
 
 from __future__ import annotations
 
+import argparse
+import functools
 import os
 import random
 import sys
@@ -263,13 +265,31 @@ def task_rows(
     return rows
 
 
-def write_task(root: str | Path, *, max_turns: int = 5, seed: int = 0) -> tuple[Path, Path]:
+def write_task(
+    root: str | Path,
+    *,
+    max_turns: int = 5,
+    seed: int = 0,
+    observation_style: Literal["inline", "messages"] = "inline",
+) -> tuple[Path, Path]:
     """Build every database under ``root`` and write ``root/train.jsonl`` and ``root/eval.jsonl``
-    (the training rows shuffled with ``seed``); returns the two paths."""
-    return cpu_data.write_task(root, max_turns=max_turns, seed=seed, make_rows=task_rows)
+    (the training rows shuffled with ``seed``; the worked episode's observations as
+    ``observation_style``, which the run's ``--observation-style`` must match); returns the two
+    paths."""
+    make_rows = functools.partial(task_rows, observation_style=observation_style)
+    return cpu_data.write_task(root, max_turns=max_turns, seed=seed, make_rows=make_rows)
 
 
 if __name__ == "__main__":
-    train_file, eval_file = write_task(sys.argv[1] if len(sys.argv) > 1 else "runs/sql-hidden-data")
+    ap = argparse.ArgumentParser(description="Write the hidden-schema text2sql task (databases and rows).")
+    ap.add_argument("root", nargs="?", default="runs/sql-hidden-data", help="where to write it")
+    ap.add_argument(
+        "--observation-style",
+        choices=("inline", "messages"),
+        default="inline",
+        help="the worked episode's observations inside the assistant turn (as cpu.flags plays) or as user turns",
+    )
+    args = ap.parse_args()
+    train_file, eval_file = write_task(args.root, observation_style=args.observation_style)
     for p in (train_file, eval_file):
         print(p, sum(1 for _ in open(p)))

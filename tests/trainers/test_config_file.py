@@ -3,9 +3,6 @@ headings, flags over files, and ``--resume`` reading the run's resolved config b
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -62,6 +59,15 @@ def test_toml_and_yaml_give_the_flags_config(tmp_path):
     assert isinstance(flags.temperature, float)
 
 
+def test_a_heading_may_share_a_setting_s_name(tmp_path):
+    (tmp_path / "h.toml").write_text('[model]\nmodel = "m"\nlora_rank = 4\n[data]\ndata = "rows.jsonl"\n')
+    cfg = config_from_flags(["--config", str(tmp_path / "h.toml")])
+    assert (cfg.model, cfg.lora_rank, cfg.data) == ("m", 4, "rows.jsonl")
+    (tmp_path / "nested.toml").write_text("[a]\n[a.b]\nsteps = 3\n")
+    with pytest.raises(ConfigError, match=r"\[a\] 'b' is not a setting"):
+        read_config_file(tmp_path / "nested.toml", TrainConfig)
+
+
 def test_flags_win_over_files_and_later_files_over_earlier(tmp_path):
     (tmp_path / "a.toml").write_text('env = "kvchain"\nsteps = 3\ngroup_size = 4\n')
     (tmp_path / "b.yaml").write_text("steps: 5\n")
@@ -114,38 +120,4 @@ def test_recipe_config_files_match_their_flags_files():
         assert from_files == from_flags, recipe
 
 
-@pytest.mark.slow
-def test_file_run_resolved_config_resume(tmp_path):
-    """file -> run -> the run's config.json -> ``--resume`` with no other flags: the same settings."""
-    from skyrl_agent.models import tiny_random_model
-
-    model, tok = tiny_random_model(hidden_size=32, num_layers=1)
-    model.save_pretrained(tmp_path / "model")
-    tok.save_pretrained(tmp_path / "model")
-    run_dir = tmp_path / "run"
-    (tmp_path / "tiny.toml").write_text(
-        f'model = "{tmp_path / "model"}"\nrun_dir = "{run_dir}"\nsteps = 2\n'
-        "[rollouts]\nprompts_per_step = 2\ngroup_size = 2\nmax_tokens_per_turn = 6\ntemperature = 1.0\n"
-        "[run]\ntrain_prompts = 20\neval_prompts = 0\nbf16 = false\nskip_equal_reward_groups = false\nthreads = 1\n"
-    )
-
-    def train(*argv):
-        proc = subprocess.run(
-            [sys.executable, "-m", "skyrl_gym", "train", "--no-progress", *argv],
-            capture_output=True, text=True, timeout=300, cwd=REPO,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc
-
-    train("--config", str(tmp_path / "tiny.toml"))
-    first = (run_dir / "metrics.jsonl").read_text().splitlines()
-    saved = json.loads((run_dir / "config.json").read_text())
-    assert (saved["steps"], saved["max_tokens_per_turn"], saved["group_size"]) == (2, 6, 2)
-    assert saved["model"] == str(tmp_path / "model") and saved["resume"] is False
-
-    train("--run-dir", str(run_dir), "--resume", "--steps", "3")
-    again = json.loads((run_dir / "config.json").read_text())
-    assert again == {**saved, "steps": 3, "resume": True}
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    assert lines[: len(first)] == first  # resumed after step 2: its lines kept as they were
-    assert [json.loads(line)["step"] for line in lines[len(first) :]] == [3]
+# file -> run -> resolved config -> --resume: tests/trainers/test_resume.py::test_sigkill_then_resume

@@ -1,5 +1,10 @@
-"""A training run killed with SIGKILL at a random step resumes exactly where it stopped."""
+"""A training run killed with SIGKILL at a random step resumes exactly where it stopped.
 
+The killed run takes its settings from a config file (``--config``); the resumed one is given
+only ``--run-dir`` and ``--resume`` and reads them back from the run's ``config.json``: the
+round trip file -> run -> resolved config -> resume of decision 0033."""
+
+import dataclasses
 import json
 import os
 import random
@@ -10,6 +15,7 @@ import time
 
 import pytest
 
+from trainers.config import config_from_flags
 from trainers.data import PromptSampler, load_items
 
 pytestmark = pytest.mark.slow
@@ -40,6 +46,17 @@ def _cmd(model_dir, run_dir, resume=False):
     return cmd + (["--resume"] if resume else [])
 
 
+def _config_file(model_dir, run_dir, path):
+    """The settings of :func:`_cmd` as a TOML file (tables are headings only)."""
+    path.write_text(
+        f'model = "{model_dir}"\nrun_dir = "{run_dir}"\nsteps = {STEPS}\ncheckpoint_every = 1\n'
+        f"[rollouts]\nprompts_per_step = {PROMPTS}\ngroup_size = {GROUP}\nmax_tokens_per_turn = 6\n"
+        "temperature = 1.0\n[data]\ntrain_prompts = 20\neval_prompts = 0\n"
+        "[run]\nbf16 = false\nskip_equal_reward_groups = false\nthreads = 1\n"
+    )
+    return path
+
+
 def _steps_in(path):
     if not path.exists():
         return []
@@ -56,8 +73,12 @@ def test_sigkill_then_resume(tiny_model_dir, tmp_path):
     run_dir = tmp_path / "run"
     kill_after = random.Random().randint(2, STEPS - 2)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    config = _config_file(tiny_model_dir, run_dir, tmp_path / "run.toml")
     proc = subprocess.Popen(
-        _cmd(tiny_model_dir, run_dir), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [sys.executable, "-m", "skyrl_gym", "train", "--config", str(config)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 240
     try:
@@ -68,11 +89,18 @@ def test_sigkill_then_resume(tiny_model_dir, tmp_path):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
+    saved = json.loads((run_dir / "config.json").read_text())
+    same_by_flags = config_from_flags(_cmd(tiny_model_dir, run_dir)[4:])  # the file says what the flags say
+    assert saved == json.loads(json.dumps(dataclasses.asdict(same_by_flags)))
     done = subprocess.run(
-        _cmd(tiny_model_dir, run_dir, resume=True), env=env, capture_output=True, timeout=300
+        [sys.executable, "-m", "skyrl_gym", "train", "--run-dir", str(run_dir), "--resume"],
+        env=env,
+        capture_output=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert b"resumed from step_" in done.stderr
+    assert json.loads((run_dir / "config.json").read_text()) == {**saved, "resume": True}
 
     # the step count continues and every step is logged exactly once
     train_steps = [
