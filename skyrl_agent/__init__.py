@@ -8,6 +8,7 @@ Importing this package imports no torch; the local transformers policy lives in
 from skyrl_agent.chat import ChatRenderer, TokenizationReport, check_tokenization
 from skyrl_agent.context import split_steps, training_samples
 from skyrl_agent.engine import PromptItem, RolloutEngine, RolloutResult, RolloutStats, load_prompts
+from skyrl_agent.failures import Failure, FailureStage
 from skyrl_agent.io import from_dataset, load_jsonl, load_parquet, save_jsonl, save_parquet, to_dataset
 from skyrl_agent.loop import EpisodeInfo, play_episode, run_episode
 from skyrl_agent.tasks import load_tasks, save_tasks, tasks_to_dataset
@@ -22,12 +23,15 @@ from skyrl_agent.types import (
     SamplingParams,
     StopReason,
     Trajectory,
+    Turn,
 )
 
 __all__ = [
     "ChatModel",
     "ChatRenderer",
     "EpisodeInfo",
+    "Failure",
+    "FailureStage",
     "FinishReason",
     "GenerateOutput",
     "GenerateRequest",
@@ -42,6 +46,7 @@ __all__ = [
     "StopReason",
     "TokenizationReport",
     "Trajectory",
+    "Turn",
     "check_tokenization",
     "from_dataset",
     "load_jsonl",

@@ -115,4 +115,9 @@ def test_the_bundled_model_produces_trajectories(instances):
         t.validate()
         assert t.response_ids and t.rollout_logprobs and len(t.rollout_logprobs) == len(t.response_ids)
         assert t.reward in (0.0, 1.0) and 1 <= t.num_turns <= 2
-        assert t.stop_reason in (StopReason.ENV_DONE, StopReason.MAX_TURNS, StopReason.CONTEXT_LIMIT)
+        assert t.stop_reason in (
+            StopReason.ENV_DONE,
+            StopReason.ENV_LIMIT,
+            StopReason.MAX_TURNS,
+            StopReason.CONTEXT_LIMIT,
+        )
