@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -68,17 +69,16 @@ def _run(tree: Path, work: Path, variant: str) -> list[str]:
         "--no-skip-equal-reward-groups", "--seed", "3", *VARIANTS[variant],
     ]  # fmt: skip
     proc = subprocess.run(
-        cmd, cwd=tree, capture_output=True, text=True, timeout=600, env={"PYTHONPATH": str(tree), **_env()}
+        cmd,
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(tree)},
     )
     if proc.returncode != 0:
         raise SystemExit(f"{tree} {variant}: skyrl train failed:\n{proc.stderr[-3000:]}")
     return _digest(run_dir)
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 def _digest(run_dir: Path) -> list[str]:

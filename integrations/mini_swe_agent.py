@@ -307,13 +307,13 @@ def run_episode(
         exit_status = exit_status or type(exc).__name__
     finally:
         env.close()
-    masked = error is not None
+    masked = failure is not None
     reward = 0.0 if masked or report is None else float(report.reward)
     trajectories = fetch_trajectories(config.base_url, sid, reward=reward, group_id=group_id)
     for t in trajectories:
         t.masked = masked
-        if error is not None:
-            t.set_failure(failure or error)
+        if failure is not None:
+            t.set_failure(failure)
         t.env_id = "swe"
         t.env_metrics = {**t.env_metrics, "instance_id": instance.instance_id, "harness": "mini-swe-agent"}
     return MiniSweEpisode(

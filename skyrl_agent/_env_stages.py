@@ -200,21 +200,20 @@ async def finish_episode(
         except EnvFailure as failure:
             traj.stop_reason, traj.masked = StopReason.ENV_ERROR, True
             traj.set_failure(failure.failure or failure.error)
-    traj.env_metrics = await finish_env(env, executor, close=close)
-    closing = traj.env_metrics.get("close_error")
-    if closing and traj.failure is None and traj.error is None:  # complete, so not masked
-        kind, _, message = str(closing).partition(": ")
-        traj.set_failure(Failure(FailureStage.CLOSE, kind, message, retriable=False))
+    traj.env_metrics, closing = await finish_env(env, executor, close=close)
+    if closing is not None and traj.failure is None and traj.error is None:  # complete, so not masked
+        traj.set_failure(closing)
     return traj
 
 
 async def finish_env(
     env: Any, executor: concurrent.futures.Executor | LoopThreadPool | None, close: bool
-) -> dict[str, Any]:
-    """Read metrics and close the env in a thread; failures here are ignored (recorded as a
-    metric) because the trajectory is already complete."""
+) -> tuple[dict[str, Any], Failure | None]:
+    """Read metrics and close the env in a thread: the metrics, and the failure to close it (a
+    ``close`` failure, not retriable: the trajectory is already complete, so nothing is played
+    again; also in the metrics as ``close_error``)."""
 
-    def work() -> dict[str, Any]:
+    def work() -> tuple[dict[str, Any], Failure | None]:
         metrics: dict[str, Any] = {}
         try:
             if hasattr(env, "get_metrics"):
@@ -225,10 +224,20 @@ async def finish_env(
             try:
                 env.close()
             except Exception as exc:  # noqa: BLE001
-                metrics["close_error"] = f"{type(exc).__name__}: {exc}"
-        return metrics
+                return _closing(
+                    metrics, Failure(FailureStage.CLOSE, type(exc).__name__, str(exc), retriable=False)
+                )
+        return metrics, None
 
     try:
         return await asyncio.wait_for(run_in(executor, work), 60.0)
     except TimeoutError:
-        return {"close_error": "TimeoutError: get_metrics/close took longer than 60s"}
+        late = Failure(
+            FailureStage.CLOSE, "TimeoutError", "get_metrics/close took longer than 60s", retriable=False
+        )
+        return _closing({}, late)
+
+
+def _closing(metrics: dict[str, Any], failure: Failure) -> tuple[dict[str, Any], Failure]:
+    """``metrics`` with ``close_error`` (the failure's text), and the failure."""
+    return {**metrics, "close_error": str(failure)}, failure

@@ -10,7 +10,7 @@
         reply = await turns.generate(turn, sampling)
         action = turns.record(reply)        # the turn's text
         step = env.step(action)             # in a worker thread, with a deadline
-        reward -> turn_rewards
+        reward -> a Turn record
         if done or max_turns: stop
         turns.observe(step.observations)    # may stop at the context limit
     turns.finish(trajectory)                # the level's own fields
@@ -99,8 +99,8 @@ class _Episode:
     executor: concurrent.futures.Executor | LoopThreadPool | None
     deadline: float
     """The episode's deadline (``time.monotonic()`` clock)."""
-    turn_rewards: list[float] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
+    """What each ``env.step`` answered (its reward among it)."""
     llm_s: float = 0.0
     env_s: float = 0.0
     t_turn: float = 0.0
@@ -176,9 +176,9 @@ async def play_turns(
         loss_mask=[],
         rollout_logprobs=None,
         token_rewards=[],
-        reward=sum(ep.turn_rewards),
+        reward=sum(turn.reward for turn in ep.turns),
         stop_reason=stop,
-        turn_rewards=ep.turn_rewards,
+        turn_rewards=[turn.reward for turn in ep.turns],
         turns=ep.turns,
         llm_seconds=ep.llm_s,
         env_seconds=ep.env_s,
@@ -219,7 +219,6 @@ async def _turn_loop(
             ep.t_turn = 0.0
         env_before = ep.env_s
         step = await ep.step(turns.record(reply), turn)
-        ep.turn_rewards.append(float(step.reward))
         ep.turns.append(
             Turn(
                 reward=float(step.reward),

@@ -43,7 +43,7 @@ from skyrl_agent._episode import Turns, is_chat_level, play_turns
 from skyrl_agent._thread_pool import LoopThreadPool, run_in
 from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.context import training_samples
-from skyrl_agent.failures import Failure, FailureStage, failure_key
+from skyrl_agent.failures import Failure, FailureStage, count_failures
 from skyrl_agent.loop import episode_turns
 from skyrl_agent.tasks import load_tasks
 from skyrl_agent.types import (
@@ -151,14 +151,14 @@ class RolloutStats:
         """Count ``trajectories``."""
         reasons = Counter(str(t.stop_reason) for t in trajectories)
         good = [t for t in trajectories if not t.masked]
-        by_kind = Counter(failure_key(t) for t in trajectories if t.failure is not None or t.error)
-        failures = Counter(key.partition("/")[2] for key in by_kind.elements())
+        failures = count_failures(trajectories)
         return cls(
             episodes=len(trajectories),
             masked=sum(t.masked for t in trajectories),
             env_errors=reasons.get(StopReason.ENV_ERROR, 0),
             policy_errors=reasons.get(StopReason.POLICY_ERROR, 0),
-            timeouts=reasons.get(StopReason.DEADLINE, 0) + failures.get("TimeoutError", 0),
+            timeouts=reasons.get(StopReason.DEADLINE, 0)
+            + sum(n for key, n in failures.items() if key.endswith("/TimeoutError")),
             truncated_turns=sum(t.truncated_turns for t in trajectories),
             truncated_episodes=sum(
                 reasons.get(r, 0)
@@ -171,7 +171,7 @@ class RolloutStats:
             ),
             retries=retries,
             stop_reasons=dict(reasons),
-            failures=dict(sorted(by_kind.items())),
+            failures=dict(sorted(failures.items())),
             mean_reward=sum(t.reward for t in good) / len(good) if good else 0.0,
             mean_turns=sum(t.num_turns for t in trajectories) / len(trajectories) if trajectories else 0.0,
             generated_tokens=sum(t.num_generated_tokens for t in trajectories),

@@ -35,12 +35,15 @@ not retriable and hits every episode of a batch stops a training run with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["Failure", "FailureStage", "failure_key", "fix_hint", "is_retriable"]
+from skyrl_gym.errors import InfrastructureError
+
+__all__ = ["Failure", "FailureStage", "count_failures", "failure_key", "fix_hint", "is_retriable"]
 
 
 class FailureStage(StrEnum):
@@ -118,8 +121,6 @@ def is_retriable(exc: BaseException) -> bool:
     own = getattr(exc, "retriable", None)
     if isinstance(own, bool):
         return own
-    from skyrl_gym.errors import InfrastructureError
-
     status = getattr(exc, "status", None)  # a policy server's answer (PolicyHTTPError)
     if isinstance(exc, InfrastructureError) and isinstance(status, int):
         return status == 429 or status >= 500
@@ -136,6 +137,16 @@ def failure_key(episode: Any) -> str:
         return f"{failure.stage}/{failure.kind}"
     kind = (getattr(episode, "error", None) or "").split(":", 1)[0].strip()
     return f"unknown/{kind if kind.isidentifier() else 'error'}"
+
+
+def count_failures(episodes: Iterable[Any]) -> Counter[str]:
+    """How many of ``episodes`` failed, by :func:`failure_key` (``stage/kind``); episodes without
+    a failure are not counted."""
+    return Counter(
+        failure_key(e)
+        for e in episodes
+        if getattr(e, "failure", None) is not None or getattr(e, "error", None)
+    )
 
 
 #: What to do about the failures that fail every episode, by kind (first match wins).

@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from skyrl_agent.failures import failure_key
+from skyrl_agent.failures import count_failures, failure_key
 from skyrl_agent.types import Trajectory
 
 __all__ = ["Episode", "load_episodes", "render_html", "write_view", "make_server", "serve", "add_command"]
@@ -292,7 +292,7 @@ def render_html(episodes: Sequence[Episode], tokenizer: Any = None, title: str =
     trajs = [e.trajectory for e in episodes]
     good = [t for t in trajs if not t.masked]
     reasons = Counter(str(t.stop_reason) for t in trajs)
-    failures = Counter(failure_key(t) for t in trajs if t.failure is not None or t.error)
+    failures = count_failures(trajs)
     summary = [
         ("episodes", len(trajs)),
         ("mean reward (unmasked)", f"{sum(t.reward for t in good) / len(good):.4f}" if good else "-"),

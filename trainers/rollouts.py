@@ -19,7 +19,7 @@ from typing import Any
 
 from skyrl_agent.engine import RolloutEngine
 from skyrl_agent.evaluation import episode_success
-from skyrl_agent.failures import failure_key, fix_hint
+from skyrl_agent.failures import count_failures, failure_key, fix_hint
 from skyrl_agent.tasks import with_env_config
 from skyrl_agent.types import PromptItem, RolloutConfig, SamplingParams, Trajectory
 from skyrl_gym.errors import EpisodesFailedError
@@ -98,7 +98,8 @@ def check_not_all_failed(trajs: Sequence[Trajectory]) -> None:
         return
     keys = Counter(failure_key(t) for t in trajs)
     listed = "; ".join(f"{n} x {key}" for key, n in keys.most_common(3))
-    top = next(t for t in trajs if failure_key(t) == keys.most_common(1)[0][0])
+    most_common = keys.most_common(1)[0][0]
+    top = next(t for t in trajs if failure_key(t) == most_common)
     first = (top.error or "no error recorded").splitlines()[0][:300]
     hint = (
         fix_hint(top.failure)
@@ -209,7 +210,7 @@ def rollout_metrics(
     how many were lost (and, as ``failures/<stage>/<kind>``, to what), lengths, timings and how
     stale the sampler's weights were."""
     trajs = rb.trajectories
-    failures = Counter(failure_key(t) for t in trajs if t.failure is not None or t.error)
+    failures = count_failures(trajs)
     return {
         **{f"failures/{key}": n for key, n in sorted(failures.items())},
         "reward_mean": sum(t.reward for t in good) / len(good) if good else 0.0,

@@ -58,11 +58,6 @@ class TrainingRows:
         return max(self.episode) + 1 if self.episode else 0
 
 
-def _episode_rows(trajectories: Sequence[Trajectory], step_wise: bool) -> list[list[Trajectory]]:
-    """Each trajectory's rows (:func:`skyrl_agent.context.training_samples`)."""
-    return [training_samples(t, step_wise) for t in trajectories]
-
-
 def training_rows(
     episodes: Sequence[Trajectory] | Sequence[Sequence[Trajectory]], step_wise: bool = False
 ) -> TrainingRows:
@@ -77,7 +72,8 @@ def training_rows(
         trajectories = [episode] if isinstance(episode, Trajectory) else list(episode)
         whole = whole and len(trajectories) == 1
         turn = 0
-        for traj, rows in zip(trajectories, _episode_rows(trajectories, step_wise), strict=True):
+        for traj in trajectories:
+            rows = training_samples(traj, step_wise)
             whole = whole and len(rows) == 1 and rows[0] is traj
             for row in rows:
                 n = len(row.turn_spans)
@@ -89,6 +85,6 @@ def training_rows(
 
 
 def count_rows(episodes: Sequence[Trajectory], step_wise: bool = False) -> int:
-    """How many rows :func:`training_rows` would give ``episodes`` (without building them when
-    each is one row)."""
-    return sum(1 if not (step_wise or t.segments) else len(training_samples(t, step_wise)) for t in episodes)
+    """How many rows :func:`training_rows` would give ``episodes`` (an append-only episode is
+    its own one row, nothing built)."""
+    return sum(len(training_samples(t, step_wise)) for t in episodes)

@@ -45,3 +45,14 @@ def hf_server(tiny):
     with ServerThread(policy, ServerConfig(model_name="tiny", max_model_len=512)) as server:
         yield server
     policy.close()
+
+
+@pytest.fixture
+def echo_env():
+    """:class:`tests.agent.envs.EchoEnv` registered under ``ECHO_ID`` for the test; its id."""
+    import skyrl_gym
+    from tests.agent.envs import ECHO_ID
+
+    skyrl_gym.register(ECHO_ID, "tests.agent.envs:EchoEnv")
+    yield ECHO_ID
+    skyrl_gym.deregister(ECHO_ID)

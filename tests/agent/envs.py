@@ -5,7 +5,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from skyrl_agent.engine import PromptItem
 from skyrl_gym import BaseTextEnv, BaseTextEnvStepOutput, EnvExample
+
+ECHO_ID = "test-agent-echo"
+"""The id the ``echo_env`` fixture (tests/agent/conftest.py) registers :class:`EchoEnv` under."""
+
+
+def echo_items(n: int, **extras: Any) -> list[PromptItem]:
+    """``n`` rows ``task i`` (prompt ids ``p0``...) of the registered echo env, with ``extras``."""
+    return [
+        PromptItem(ECHO_ID, ({"role": "user", "content": f"task {i}"},), {}, extras, f"p{i}")
+        for i in range(n)
+    ]
 
 
 class EchoEnv(BaseTextEnv):

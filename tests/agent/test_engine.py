@@ -6,33 +6,20 @@ import time
 import pytest
 
 import skyrl_gym
-from skyrl_agent.engine import PromptItem, RolloutEngine, RolloutStats, load_prompts, prompts_from_example
+from skyrl_agent.engine import RolloutEngine, RolloutStats, load_prompts, prompts_from_example
 from skyrl_agent.io import load_jsonl, save_jsonl
 from skyrl_agent.policies.fake import ScriptedPolicy
 from skyrl_agent.types import RolloutConfig, SamplingParams, StopReason
 from skyrl_gym.errors import ConfigError
-from tests.agent.envs import EchoEnv, per_episode_script
+from tests.agent.envs import ECHO_ID, EchoEnv, echo_items, per_episode_script
 
-ENV_ID = "test-agent-echo"
-
-
-@pytest.fixture(autouse=True)
-def _registered():
-    skyrl_gym.register(ENV_ID, "tests.agent.envs:EchoEnv")
-    yield
-    skyrl_gym.deregister(ENV_ID)
-
-
-def _items(n, **extras):
-    return [
-        PromptItem(ENV_ID, ({"role": "user", "content": f"task {i}"},), {}, extras, f"p{i}") for i in range(n)
-    ]
+pytestmark = pytest.mark.usefixtures("echo_env")
 
 
 def test_groups_ordering_and_stats(tokenizer, tmp_path):
     policy = ScriptedPolicy(tokenizer, per_episode_script(tokenizer, ["a", "DONE"]), latency_s=0.001)
     cfg = RolloutConfig(n_samples=3, concurrency=4, max_turns=5)
-    result = RolloutEngine(policy, cfg, progress=False).run_sync(_items(4))
+    result = RolloutEngine(policy, cfg, progress=False).run_sync(echo_items(4))
     trajs = result.trajectories
     assert [(t.group_id, t.sample_index) for t in trajs] == [(g, s) for g in range(4) for s in range(3)]
     assert {t.prompt_id for t in trajs if t.group_id == 2} == {"p2"}
@@ -48,7 +35,7 @@ def test_groups_ordering_and_stats(tokenizer, tmp_path):
 def test_failures_are_counted_retried_and_masked(tokenizer):
     policy = ScriptedPolicy(tokenizer, ["a"])
     cfg = RolloutConfig(max_turns=3, max_retries=1, concurrency=8)
-    items = _items(2) + _items(2, crash_on=2)
+    items = echo_items(2) + echo_items(2, crash_on=2)
     result = RolloutEngine(policy, cfg, progress=False).run_sync(items)
     stats = result.stats
     assert stats.episodes == 4 and stats.masked == 2 and stats.env_errors == 2 and stats.retries == 2
@@ -60,7 +47,7 @@ def test_failures_are_counted_retried_and_masked(tokenizer):
     def broken_factory(item):
         raise OSError("docker daemon not reachable")
 
-    result = RolloutEngine(policy, cfg, env_factory=broken_factory, progress=False).run_sync(_items(2))
+    result = RolloutEngine(policy, cfg, env_factory=broken_factory, progress=False).run_sync(echo_items(2))
     assert result.stats.masked == 2 and all("in env set-up" in t.error for t in result.trajectories)
 
 
@@ -74,7 +61,7 @@ def test_retry_recovers_from_a_transient_failure(tokenizer):
     cfg = RolloutConfig(max_turns=2, max_retries=2, concurrency=1)
     result = RolloutEngine(
         ScriptedPolicy(tokenizer, ["a"]), cfg, env_factory=flaky_factory, progress=False
-    ).run_sync(_items(1))
+    ).run_sync(echo_items(1))
     assert result.stats.retries == 1 and result.stats.masked == 0
     assert result.trajectories[0].stop_reason == StopReason.MAX_TURNS
 
@@ -99,7 +86,7 @@ def test_env_setup_overlaps_with_generation(tokenizer):
 
     cfg = RolloutConfig(max_turns=3, concurrency=2, env_threads=4)
     policy = Watching(tokenizer, ["a"], latency_s=0.02)
-    RolloutEngine(policy, cfg, env_factory=slow_factory, progress=False).run_sync(_items(8))
+    RolloutEngine(policy, cfg, env_factory=slow_factory, progress=False).run_sync(echo_items(8))
     assert running["max"] > 1  # several envs were being built at once
     assert running["during_generate"] >= 1  # ...while the policy was generating
 
@@ -113,13 +100,13 @@ def test_seeded_runs_repeat_with_a_real_batched_policy(tiny_policy):
         sampling=SamplingParams(temperature=1.0),
         seed=7,
     )
-    a = RolloutEngine(tiny_policy, cfg, progress=False).run_sync(_items(2))
-    b = RolloutEngine(tiny_policy, cfg, progress=False).run_sync(_items(2))
+    a = RolloutEngine(tiny_policy, cfg, progress=False).run_sync(echo_items(2))
+    b = RolloutEngine(tiny_policy, cfg, progress=False).run_sync(echo_items(2))
     assert [t.response_ids for t in a.trajectories] == [t.response_ids for t in b.trajectories]
     # samples of one group differ (different seeds)
     assert a.trajectories[0].response_ids != a.trajectories[1].response_ids
     c = RolloutEngine(tiny_policy, RolloutConfig(**{**cfg.__dict__, "seed": 8}), progress=False).run_sync(
-        _items(2)
+        echo_items(2)
     )
     assert [t.response_ids for t in c.trajectories] != [t.response_ids for t in a.trajectories]
 
@@ -130,7 +117,7 @@ def test_progress_line_and_step_wise_output(tokenizer):
     cfg = RolloutConfig(step_wise=True, concurrency=2)
     result = RolloutEngine(
         policy, cfg, progress=True, progress_stream=stream, progress_every_s=0.02
-    ).run_sync(_items(4))
+    ).run_sync(echo_items(4))
     out = stream.getvalue()
     assert "[rollout]" in out and "4/4 episodes" in out and "done" in out
     assert len(result.step_samples) == 12
@@ -144,12 +131,12 @@ def test_prompts_from_jsonl_and_example(tmp_path):
     )
     with pytest.raises(skyrl_gym.ConfigError, match="no env id"):
         load_prompts(path)
-    items = load_prompts(path, env_id=ENV_ID)
+    items = load_prompts(path, env_id=ECHO_ID)
     assert items[0].prompt == ({"role": "user", "content": "hi"},) and items[0].extras["reward_spec"] == {
         "ground_truth": 3
     }
     assert items[1].extras == {"max_turns": 2} and items[1].prompt_id == "2"
-    ex = prompts_from_example(ENV_ID, 2)
+    ex = prompts_from_example(ECHO_ID, 2)
     assert len(ex) == 2 and ex[0].prompt[0]["content"].startswith("Say DONE")
     assert RolloutStats.of([]).episodes == 0
 
@@ -170,7 +157,7 @@ def test_env_setup_timeout_is_masked_and_the_late_env_closed(tokenizer):
     async def main():
         result = await RolloutEngine(
             ScriptedPolicy(tokenizer, ["a"]), cfg, env_factory=slow_factory, progress=False
-        ).run(_items(1))
+        ).run(echo_items(1))
         await asyncio.sleep(0.6)  # the abandoned set-up finishes; its env is closed
         return result
 
@@ -185,7 +172,7 @@ def test_the_level_of_the_episodes_follows_the_policy_type(tokenizer):
         async def chat(self, messages, sampling):
             raise AssertionError("not called")
 
-    result = RolloutEngine(Both(tokenizer, ["DONE"]), RolloutConfig(), progress=False).run_sync(_items(1))
+    result = RolloutEngine(Both(tokenizer, ["DONE"]), RolloutConfig(), progress=False).run_sync(echo_items(1))
     assert result.trajectories[0].prompt_ids and result.trajectories[0].stop_reason == StopReason.ENV_DONE
 
     class GenerateOnly:  # no tokenizer: neither a Policy nor a ChatModel

@@ -7,31 +7,22 @@ from pathlib import Path
 
 import pytest
 
-import skyrl_gym
-from skyrl_agent.engine import PromptItem, RolloutEngine, RolloutStats
+from skyrl_agent.engine import RolloutEngine, RolloutStats
 from skyrl_agent.failures import Failure, FailureStage, fix_hint, is_retriable
 from skyrl_agent.io import load_jsonl, save_jsonl
 from skyrl_agent.policies.fake import ScriptedPolicy
 from skyrl_agent.policies.retry import PolicyError, PolicyHTTPError
 from skyrl_agent.types import RolloutConfig, StopReason, Trajectory
 from skyrl_gym.errors import ConfigError, MissingDependencyError, RegistrationError, SandboxError
-from tests.agent.envs import EchoEnv
+from tests.agent.envs import EchoEnv, echo_items
 
-ENV_ID = "test-failures-echo"
 OLD_FILE = Path(__file__).parent / "data" / "trajectories-2026-12-05.jsonl"
+pytestmark = pytest.mark.usefixtures("echo_env")
 
 
-@pytest.fixture(autouse=True)
-def _registered():
-    skyrl_gym.register(ENV_ID, "tests.agent.envs:EchoEnv")
-    yield
-    skyrl_gym.deregister(ENV_ID)
-
-
-def _items(n, **extras):
-    return [
-        PromptItem(ENV_ID, ({"role": "user", "content": f"task {i}"},), {}, extras, f"p{i}") for i in range(n)
-    ]
+def _play(policy, cfg, items, env_factory=None):
+    """The engine's result of ``policy`` playing ``items`` (each env from ``env_factory``)."""
+    return RolloutEngine(policy, cfg, env_factory=env_factory, progress=False).run_sync(items)
 
 
 class _Flaky(Exception):
@@ -83,9 +74,7 @@ def test_an_env_bug_is_not_retried_and_a_lost_connection_is(tokenizer):
         return env
 
     cfg = RolloutConfig(max_turns=3, max_retries=2, concurrency=4)
-    result = RolloutEngine(ScriptedPolicy(tokenizer, ["a"]), cfg, env_factory=buggy, progress=False).run_sync(
-        _items(3)
-    )
+    result = _play(ScriptedPolicy(tokenizer, ["a"]), cfg, echo_items(3), buggy)
     assert result.stats.retries == 0 and result.stats.masked == 3
     assert result.stats.failures == {"env/KeyError": 3}
     t = result.trajectories[0]
@@ -95,9 +84,7 @@ def test_an_env_bug_is_not_retried_and_a_lost_connection_is(tokenizer):
     assert t.error == str(t.failure) and t.stop_reason == StopReason.ENV_ERROR
 
     # a ConnectionError on the first turn of every try: retriable, so tried 1 + 2 times each
-    result = RolloutEngine(ScriptedPolicy(tokenizer, ["a"]), cfg, progress=False).run_sync(
-        _items(2, crash_on=1)
-    )
+    result = _play(ScriptedPolicy(tokenizer, ["a"]), cfg, echo_items(2, crash_on=1))
     assert result.stats.retries == 4 and result.stats.failures == {"env/ConnectionError": 2}
     assert all(t.failure.retriable for t in result.trajectories)
 
@@ -107,8 +94,7 @@ def test_set_up_failures_name_their_stage(tokenizer):
         raise ModuleNotFoundError("No module named 'my_missing_dependency'")
 
     cfg = RolloutConfig(max_turns=2, max_retries=3)
-    engine = RolloutEngine(ScriptedPolicy(tokenizer, ["a"]), cfg, env_factory=missing_module, progress=False)
-    result = engine.run_sync(_items(2))
+    result = _play(ScriptedPolicy(tokenizer, ["a"]), cfg, echo_items(2), missing_module)
     assert result.stats.retries == 0 and result.stats.failures == {"setup/ModuleNotFoundError": 2}
     assert "in env set-up" in result.trajectories[0].error
     assert "install it" in fix_hint(result.trajectories[0].failure)
@@ -117,20 +103,15 @@ def test_set_up_failures_name_their_stage(tokenizer):
         def init(self, prompt):
             raise ConnectionError("the database is not up yet")
 
-    result = RolloutEngine(
-        ScriptedPolicy(tokenizer, ["a"]),
-        RolloutConfig(max_retries=1),
-        env_factory=lambda i: BadInit(),
-        progress=False,
-    ).run_sync(_items(1))
+    result = _play(
+        ScriptedPolicy(tokenizer, ["a"]), RolloutConfig(max_retries=1), echo_items(1), lambda i: BadInit()
+    )
     assert result.stats.retries == 1 and result.stats.failures == {"setup/ConnectionError": 1}
 
 
 def test_policy_and_close_failures(tokenizer):
     policy = ScriptedPolicy(tokenizer, ["a"], fail_on={0})
-    result = RolloutEngine(policy, RolloutConfig(max_turns=2, max_retries=1), progress=False).run_sync(
-        _items(1)
-    )
+    result = _play(policy, RolloutConfig(max_turns=2, max_retries=1), echo_items(1))
     t = result.trajectories[0]
     assert t.masked and t.stop_reason == StopReason.POLICY_ERROR
     assert (t.failure.stage, t.failure.kind, t.failure.retriable) == (
@@ -144,12 +125,9 @@ def test_policy_and_close_failures(tokenizer):
         def close(self):
             raise SandboxError("container could not be removed")
 
-    result = RolloutEngine(
-        ScriptedPolicy(tokenizer, ["DONE"]),
-        RolloutConfig(max_turns=2),
-        env_factory=lambda i: CloseFails(),
-        progress=False,
-    ).run_sync(_items(1))
+    result = _play(
+        ScriptedPolicy(tokenizer, ["DONE"]), RolloutConfig(max_turns=2), echo_items(1), lambda i: CloseFails()
+    )
     t = result.trajectories[0]
     assert not t.masked and t.reward == 1.0  # complete before the close: kept for training
     assert (t.failure.stage, t.failure.kind) == (FailureStage.CLOSE, "SandboxError")
@@ -159,11 +137,9 @@ def test_policy_and_close_failures(tokenizer):
 
 def test_failures_survive_files_and_old_files_load(tokenizer, tmp_path):
     cfg = RolloutConfig(max_turns=3, max_retries=0)
-    trajs = (
-        RolloutEngine(ScriptedPolicy(tokenizer, ["a"]), cfg, progress=False)
-        .run_sync(_items(1) + _items(1, crash_on=2))
-        .trajectories
-    )
+    trajs = _play(
+        ScriptedPolicy(tokenizer, ["a"]), cfg, echo_items(1) + echo_items(1, crash_on=2)
+    ).trajectories
     back = load_jsonl(save_jsonl(trajs, tmp_path / "t.jsonl"))
     assert back == trajs and back[1].failure.kind == "ConnectionError"
 
