@@ -66,7 +66,7 @@ def main() -> None:
     args = ap.parse_args()
     from trainers.config import TrainConfig
 
-    need = TrainConfig().prompts_per_step
+    need = TrainConfig().run.prompts_per_step
     results = {name: run(args, dynamic) for name, dynamic in (("baseline", False), ("dynamic", True))}
     print(
         f"\nmain job's env (calculator), {args.steps} steps, {need} prompts x {TrainConfig().group_size} samples a step"

@@ -196,10 +196,14 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
     from trainers.evaluation import evaluate
 
     cfg = TrainConfig(eval_prompts=args.eval_prompts, progress=False, bf16=args.bf16)
-    rows = load_items(cfg.env, "test", cfg.eval_prompts, seed=cfg.seed)
-    print(f"\n## 1. the main job's evaluation: {len(rows)} prompts x {cfg.eval_samples} samples, two turns")
+    rows = load_items(cfg.data.env, "test", cfg.data.eval_prompts, seed=cfg.run.seed)
+    print(
+        f"\n## 1. the main job's evaluation: {len(rows)} prompts x {cfg.data.eval_samples} samples, two turns"
+    )
     out: dict[str, Any] = {}
-    rows_cap = max(cfg.prompts_per_step * cfg.group_size, 32)  # what `skyrl train` gives its sampler
+    rows_cap = max(
+        cfg.run.prompts_per_step * cfg.rollout.n_samples, 32
+    )  # what `skyrl train` gives its sampler
     variants: dict[str, dict[str, Any]] = {
         "engine": {},
         "cascade": {"engine": EngineConfig(max_rows=rows_cap, cascade_min_tokens=64)},
@@ -218,7 +222,9 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
         if name == "generate":  # plain model.generate(), timed below
             continue
         kw = variants[name]
-        policy = HFPolicy(model, tok, max_batch_size=rows_cap, seed=cfg.seed, autocast_bf16=args.bf16, **kw)
+        policy = HFPolicy(
+            model, tok, max_batch_size=rows_cap, seed=cfg.run.seed, autocast_bf16=args.bf16, **kw
+        )
         generated = 0
         real = policy.generate
 
@@ -230,7 +236,7 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
 
         policy.generate = counting  # type: ignore[method-assign]
         start = time.perf_counter()
-        result = evaluate(policy, cfg, rows, seed=cfg.seed)
+        result = evaluate(policy, cfg, rows, seed=cfg.run.seed)
         seconds = time.perf_counter() - start
         stats = policy.engine_stats()
         policy.close()
@@ -252,8 +258,8 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
             )
             out[name]["mean_rows"] = stats.rows_decoded / stats.decode_steps
     if "generate" in args.variants:
-        first_turn = calculator_prompts(tok, len(rows), with_tools=True) * cfg.eval_samples
-        toks, secs = bench_generate(model, tok, first_turn, cfg.max_tokens_per_turn, 32)
+        first_turn = calculator_prompts(tok, len(rows), with_tools=True) * cfg.data.eval_samples
+        toks, secs = bench_generate(model, tok, first_turn, cfg.rollout.max_tokens_per_turn, 32)
         out["generate"] = {"tokens_per_s": toks / secs, "seconds": secs}
         print(f"  generate() on the first-turn prompts, batches of 32: {toks / secs:7.1f} tokens/s")
     e = out.get("engine")

@@ -98,7 +98,7 @@ def worker(args: argparse.Namespace) -> None:
     cfg = TrainConfig(bf16=True, micro_batch_tokens=mbt, activation_checkpointing=ckpt)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6, fused=True)
     batch = _batch(tok.pad_token_id, args)
-    slices = micro_batches(batch, cfg.micro_batch_size, cfg.micro_batch_tokens)
+    slices = micro_batches(batch, cfg.optimizer.micro_batch_size, cfg.optimizer.micro_batch_tokens)
     computed = []
     for sl in slices:
         sub = batch.select(sl)

@@ -92,8 +92,8 @@ def part2(args: argparse.Namespace) -> None:
     model, tok = load_model_and_tokenizer(BUNDLED_MODEL)
     bf16 = bf16_is_native("cpu")
     cfg = TrainConfig(eval_prompts=args.eval_prompts, progress=False, bf16=bf16)
-    items = load_items(cfg.env, "test", cfg.eval_prompts, seed=cfg.seed)
-    print(f"\n## 2. held-out evaluation, {len(items)} prompts x {cfg.eval_samples} samples, bf16 {bf16}")
+    items = load_items(cfg.data.env, "test", cfg.data.eval_prompts, seed=cfg.run.seed)
+    print(f"\n## 2. held-out evaluation, {len(items)} prompts x {cfg.data.eval_samples} samples, bf16 {bf16}")
     real = _engine.release_openmp_workers
     ids = torch.tensor([tok.encode("The trainer computes here first. " * 40)])
     seconds: dict[str, list[float]] = {"released": [], "not released": []}
@@ -106,12 +106,12 @@ def part2(args: argparse.Namespace) -> None:
                 model,
                 tok,
                 max_batch_size=32,
-                seed=cfg.seed,
+                seed=cfg.run.seed,
                 autocast_bf16=bf16,
                 engine=EngineConfig(max_rows=32),
             )
             start = time.perf_counter()
-            evaluate(policy, cfg, items, seed=cfg.seed)
+            evaluate(policy, cfg, items, seed=cfg.run.seed)
             seconds[name].append(time.perf_counter() - start)
             policy.close()
             print(f"  {name:<13} {seconds[name][-1]:6.1f} s", flush=True)

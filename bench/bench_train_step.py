@@ -152,7 +152,7 @@ def main() -> None:
             model.load_state_dict(state)
             packed.BLOCK_TOKENS, packed.SPLIT_PREFIX = block_tokens, split
             cfg = TrainConfig(bf16=True, micro_batch_size=mbs, micro_batch_tokens=mbt)
-            opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
+            opt = torch.optim.AdamW(model.parameters(), lr=cfg.optimizer.lr, fused=True)
             start = time.perf_counter()
             train_step(model, opt, batch, cfg)
             if rnd > 0:

@@ -27,7 +27,7 @@ Differences that are part of each implementation, not of the set-up: TRL compute
 for completion positions (``logits_to_keep``) through its chunked log-prob function; ours runs
 the LM head only at positions that predict a trained token (completion tokens minus the
 observation span), fused with the log-softmax in chunks, never keeping ``N x V`` logits
-(``trainers.logprobs``, ``TrainConfig.fused_head``). Both compute the entropy for the logs
+(``trainers.logprobs``, ``OptimizerConfig.fused_head``). Both compute the entropy for the logs
 (ours without gradient, as ``entropy_coef=0``).
 
 ``--full-logits`` adds a third contestant: our ``train_step`` with ``fused_head=False`` (logits
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import os
 import statistics
 import sys
@@ -280,7 +279,7 @@ def main() -> None:
             full_opt = torch.optim.AdamW(
                 full_model.parameters(), lr=LR, weight_decay=0.0, fused=args.optim == "fused"
             )
-            full_cfg = dataclasses.replace(cfg, fused_head=False)
+            full_cfg = cfg.replace(fused_head=False)
 
             def full() -> float:
                 t0 = time.perf_counter()

@@ -155,7 +155,7 @@ def write_rows(out: Path, sets: list[str], seed: int) -> None:
     cfg = TrainConfig(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     for name in sets:
-        for split, n in (("train", cfg.train_prompts), ("test", cfg.eval_prompts)):
+        for split, n in (("train", cfg.data.train_prompts), ("test", cfg.data.eval_prompts)):
             path = out / f"{name}-{split}-{seed}.jsonl"
             rows = generate_calculator_rows(n, split=split, seed=seed, examples=SETS[name])
             path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -207,11 +207,11 @@ def main() -> int:
     from trainers.rollouts import play
 
     cfg = TrainConfig(seed=args.seed)  # the main job's settings: sampler, temperature, budgets
-    cfg = dataclasses.replace(cfg, bf16=bf16_is_native(torch.device("cpu")))
+    cfg = cfg.replace(bf16=bf16_is_native(torch.device("cpu")))
     dist = dataclasses.replace(SINGLE, single_device=torch.device("cpu"))
     model, tokenizer, _ = build_model(cfg, dist)
     policy = _sampler(cfg, model, tokenizer, dist)
-    pool = generate_calculator_rows(cfg.train_prompts, split="train", seed=args.seed)
+    pool = generate_calculator_rows(cfg.data.train_prompts, split="train", seed=args.seed)
     picked: dict[str, list[str]] = {"N + N * N": [], "(N + N) * N": []}
     for row in pool:
         bucket = picked.get(shape(row["expr"]))
@@ -220,13 +220,15 @@ def main() -> int:
     ids = {i for v in picked.values() for i in v}
     print(
         f"{len(ids)} training questions (seed {args.seed}) x {args.n} samples, temperature "
-        f"{cfg.temperature}, {cfg.max_tokens_per_turn} tokens a turn, bf16 {cfg.bf16}"
+        f"{cfg.rollout.sampling.temperature}, {cfg.rollout.max_tokens_per_turn} tokens a turn, bf16 {cfg.model.bf16}"
     )
     print(
         f"{'examples':<12} {'shape':<12} {'exact':>6} {'added':>6} {'dropped':>8} {'other':>6} {'no call':>8} {'success':>8}"
     )
     for name in args.sets:
-        rows = generate_calculator_rows(cfg.train_prompts, split="train", seed=args.seed, examples=SETS[name])
+        rows = generate_calculator_rows(
+            cfg.data.train_prompts, split="train", seed=args.seed, examples=SETS[name]
+        )
         rows = [r for r in rows if r["id"] in ids]
         items = [row_to_item(r, where=f"row {i}", default_id=str(i)) for i, r in enumerate(rows)]
         trajs = play(policy, items, cfg, n_samples=args.n, seed=args.seed + 17)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import math
 import time
 
@@ -43,21 +44,22 @@ from trainers.data import PromptSampler, load_items, stratify_key
 from trainers.evaluation import EvalResult, evaluate, gain_in_se
 from trainers.logprobs import forward_logprobs, shared_prefix_len
 from trainers.losses import policy_loss, reduction_weights
-from trainers.rollouts import check_not_all_failed, rollout_config, select_trainable
+from trainers.rollouts import check_not_all_failed, select_trainable
 from trainers.step import micro_batches, old_logprobs
 
-# the command-line flags: TrainConfig fields (the rest of the run's settings keep their defaults)
+# the command-line flags: TrainConfig settings (the rest of the run's settings keep their defaults)
 FLAGS = """env model steps prompts_per_step group_size lr temperature max_turns max_tokens_per_turn
 updates_per_step micro_batch_size eval_prompts eval_samples seed""".split()
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, bool]:
-    """The run's :class:`TrainConfig` (the fields in ``FLAGS`` from the command line, the rest at
-    their defaults) and whether the sampler gets its own copy of the weights."""
+    """The run's :class:`TrainConfig` (the settings in ``FLAGS`` from the command line, the rest
+    at their defaults) and whether the sampler gets its own copy of the weights."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    defaults = TrainConfig().as_settings()
     for name in FLAGS:
-        flag, default = "--" + name.replace("_", "-"), getattr(TrainConfig, name)
-        ap.add_argument(flag, type=type(default), default=default, help=f"TrainConfig.{name} (%(default)s)")
+        flag, default = "--" + name.replace("_", "-"), defaults[name]
+        ap.add_argument(flag, type=type(default), default=default, help=f"the setting {name} (%(default)s)")
     ap.add_argument(
         "--sampler-copy",
         action="store_true",
@@ -71,56 +73,63 @@ def parse_args(argv: list[str] | None = None) -> tuple[TrainConfig, bool]:
 
 
 def held_out(policy: HFPolicy, cfg: TrainConfig, items: list[PromptItem], when: str) -> EvalResult:
-    """Success on the held-out rows, ``cfg.eval_samples`` episodes each, with the same episode
+    """Success on the held-out rows, ``cfg.data.eval_samples`` episodes each, with the same episode
     seeds every time (so before and after are a paired comparison)."""
-    res = evaluate(policy, cfg, items, seed=cfg.seed + 1_000_003)
+    res = evaluate(policy, cfg, items, seed=cfg.run.seed + 1_000_003)
     print(f"eval {when}: success {res.success:.3f} +/- {res.success_se:.3f} ({res.episodes} episodes)")
     return res
 
 
 def main(argv: list[str] | None = None) -> tuple[EvalResult, EvalResult]:
     cfg, sampler_copy = parse_args(argv)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.run.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     bf16 = bf16_is_native(device)  # bf16 autocast only where the hardware computes it natively
 
     # 1. The model and tokenizer, the optimizer, and the sampler that plays the episodes.
-    model, tokenizer = load_model_and_tokenizer(cfg.model, device=device)
+    model, tokenizer = load_model_and_tokenizer(cfg.model.path, device=device)
     sampler_model = copy.deepcopy(model).requires_grad_(False) if sampler_copy else model
-    rows = max(cfg.prompts_per_step * cfg.group_size, cfg.sampler_max_rows)  # decoded at once
-    engine_cfg = EngineConfig(max_rows=rows, cascade_min_tokens=cfg.sampler_cascade_min_tokens)
+    rows = max(cfg.run.prompts_per_step * cfg.rollout.n_samples, cfg.sampler.max_rows)  # decoded at once
+    engine_cfg = EngineConfig(max_rows=rows, cascade_min_tokens=cfg.sampler.cascade_min_tokens)
     policy = HFPolicy(
-        sampler_model, tokenizer, max_batch_size=rows, seed=cfg.seed, autocast_bf16=bf16, engine=engine_cfg
+        sampler_model,
+        tokenizer,
+        max_batch_size=rows,
+        seed=cfg.run.seed,
+        autocast_bf16=bf16,
+        engine=engine_cfg,
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg.optimizer.lr, weight_decay=cfg.optimizer.weight_decay, fused=True
+    )
 
     # 2. The env's bundled rows: training prompts, drawn in a seeded order that spreads the
     #    question shapes evenly, and held-out prompts (disjoint from them).
     prompts = PromptSampler(
-        load_items(cfg.env, "train", cfg.train_prompts, seed=cfg.seed),
-        seed=cfg.seed,
-        stratify_by=stratify_key(cfg.stratify_by, cfg.env, None),
+        load_items(cfg.data.env, "train", cfg.data.train_prompts, seed=cfg.run.seed),
+        seed=cfg.run.seed,
+        stratify_by=stratify_key(cfg.data.stratify_by, cfg.data.env, None),
     )
-    eval_items = load_items(cfg.env, "test", cfg.eval_prompts, seed=cfg.seed)
+    eval_items = load_items(cfg.data.env, "test", cfg.data.eval_prompts, seed=cfg.run.seed)
     before = held_out(policy, cfg, eval_items, "before")
 
-    for step in range(1, cfg.steps + 1):
+    for step in range(1, cfg.run.steps + 1):
         t0 = time.perf_counter()
         # 3. A batch of prompts and group_size episodes of each. The engine renders the env's
         #    first messages once with the chat template, lets the policy generate a turn, hands
         #    the text to env.step (which runs the tool call), tokenizes only the observation and
         #    appends it with loss mask 0; until the env says done or max_turns is reached.
-        engine = RolloutEngine(policy, rollout_config(cfg, cfg.group_size, seed=cfg.seed * 100_003 + step))
-        episodes = engine.run_sync(prompts.next(cfg.prompts_per_step)).trajectories
+        engine = RolloutEngine(policy, dataclasses.replace(cfg.rollout, seed=cfg.run.seed * 100_003 + step))
+        episodes = engine.run_sync(prompts.next(cfg.run.prompts_per_step)).trajectories
         check_not_all_failed(episodes)  # a broken env or sandbox fails loudly, not as "reward 0"
         # Episodes lost to infrastructure failures (masked) are dropped; a group whose episodes
         # all got the same reward has advantage 0 everywhere, so it is left out of the update.
-        good, flat, trainable = select_trainable(episodes, cfg.skip_equal_reward_groups)
+        good, flat, trainable = select_trainable(episodes, cfg.algorithm.skips_flat_groups)
         reward = sum(t.reward for t in good) / max(len(good), 1)
         success = sum(episode_success(t) for t in good) / max(len(good), 1)
         line = (
-            f"step {step}/{cfg.steps}  reward {reward:.3f}  success {success:.2f}  "
-            f"groups with signal {cfg.prompts_per_step - len(flat)}/{cfg.prompts_per_step}"
+            f"step {step}/{cfg.run.steps}  reward {reward:.3f}  success {success:.2f}  "
+            f"groups with signal {cfg.run.prompts_per_step - len(flat)}/{cfg.run.prompts_per_step}"
         )
         gen_s = time.perf_counter() - t0
         if not trainable:
@@ -136,17 +145,23 @@ def main(argv: list[str] | None = None) -> tuple[EvalResult, EvalResult]:
         #    per batch the "old" policy is the current one (ratio 1, the clip never binds: the
         #    plain policy gradient); with more, the old logprobs are taken before the first.
         policy.drop_stale_kv()  # the sampler's cached KV is stale after the update: free it first
-        if cfg.updates_per_step > 1:
+        if cfg.optimizer.updates_per_step > 1:
             batch.old_logprobs_BT = old_logprobs(
-                model, batch, cfg.micro_batch_size, bf16, micro_batch_tokens=cfg.micro_batch_tokens
+                model,
+                batch,
+                cfg.optimizer.micro_batch_size,
+                bf16,
+                micro_batch_tokens=cfg.optimizer.micro_batch_tokens,
             )
         # each row's weight in the token mean of the whole batch, so the micro-batches add up to it
-        weights_B = reduction_weights(batch.mask_BT, cfg.reduction)  # B
+        weights_B = reduction_weights(batch.mask_BT, cfg.algorithm.reduction)  # B
         model.train()
-        for _ in range(cfg.updates_per_step):
+        for _ in range(cfg.optimizer.updates_per_step):
             optimizer.zero_grad(set_to_none=True)
             loss_sum = 0.0
-            for rows_mb in micro_batches(batch, cfg.micro_batch_size, cfg.micro_batch_tokens):
+            for rows_mb in micro_batches(
+                batch, cfg.optimizer.micro_batch_size, cfg.optimizer.micro_batch_tokens
+            ):
                 mb = batch.select(rows_mb)  # trimmed to its longest row
                 logprobs_BT = forward_logprobs(
                     model,
@@ -157,10 +172,10 @@ def main(argv: list[str] | None = None) -> tuple[EvalResult, EvalResult]:
                     prefix_len=shared_prefix_len(mb.input_ids_BT, mb.mask_BT),  # shared prompt once
                 ).logprobs_BT  # B x T, 0 off the mask
                 old_BT = logprobs_BT.detach() if mb.old_logprobs_BT is None else mb.old_logprobs_BT
-                # cfg.loss is "ppo_clip": per token, max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))
+                # cfg.algorithm.loss is "ppo_clip": per token, max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))
                 # with r = exp(logprob - old logprob); the mean over the batch's trained tokens
                 loss, stats = policy_loss(
-                    cfg.loss,
+                    cfg.algorithm.loss,
                     logprobs_BT,
                     old_BT,
                     mb.advantages_BT,
@@ -170,7 +185,7 @@ def main(argv: list[str] | None = None) -> tuple[EvalResult, EvalResult]:
                 )
                 loss.backward()
                 loss_sum += stats.loss
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optimizer.grad_clip))
             optimizer.step()
         model.eval()
 

@@ -153,7 +153,6 @@ def add_config_arguments(parser: Any, cls: type, *, exclude: tuple[str, ...] = (
     Booleans get ``--flag/--no-flag``; ``X | None`` fields take a value of type X; ``Literal``
     fields take one of their choices. Defaults are left as ``None`` so that
     :func:`config_from_args` can tell which flags were given."""
-    import argparse
     import dataclasses
     import typing
 
@@ -162,25 +161,34 @@ def add_config_arguments(parser: Any, cls: type, *, exclude: tuple[str, ...] = (
     for f in dataclasses.fields(cls):
         if f.name in exclude or not f.init:
             continue
-        hint = hints[f.name]
-        args = typing.get_args(hint)
-        origin = typing.get_origin(hint)
-        if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and type(None) in args:
-            hint = next(a for a in args if a is not type(None))
-            origin, args = typing.get_origin(hint), typing.get_args(hint)
         default = f.default if f.default is not dataclasses.MISSING else None
-        help_text = f"{docs.get(f.name, '')} (default: {default})".strip()
-        flag = "--" + f.name.replace("_", "-")
-        kwargs: dict[str, Any] = {"dest": f.name, "default": None, "help": help_text}
-        if hint is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
-        elif origin is typing.Literal:
-            parser.add_argument(flag, choices=list(args), **kwargs)
-        elif hint in (int, float, str):
-            parser.add_argument(flag, type=hint, **kwargs)
-        elif origin in (tuple, list) and args and args[0] in (int, float, str):
-            parser.add_argument(flag, type=args[0], nargs="*", **kwargs)
-        # other field types (nested configs) are not settable from the command line
+        add_setting_argument(parser, f.name, hints[f.name], docs.get(f.name, ""), default)
+
+
+def add_setting_argument(parser: Any, name: str, hint: Any, doc: str, default: Any) -> None:
+    """Add the flag ``--name`` (underscores as dashes) for one setting of type ``hint``, as
+    :func:`add_config_arguments` does for a field; ``default`` is only shown in the help (the
+    parsed value stays ``None`` when the flag is not given). Types a flag cannot spell (nested
+    configs) get no flag."""
+    import argparse
+    import typing
+
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and type(None) in args:
+        hint = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    help_text = f"{doc} (default: {default})".strip()
+    flag = "--" + name.replace("_", "-")
+    kwargs: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
+    if hint is bool:
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+    elif origin is typing.Literal:
+        parser.add_argument(flag, choices=list(args), **kwargs)
+    elif hint in (int, float, str):
+        parser.add_argument(flag, type=hint, **kwargs)
+    elif origin in (tuple, list) and args and args[0] in (int, float, str):
+        parser.add_argument(flag, type=args[0], nargs="*", **kwargs)
 
 
 def given_fields(cls: type, args: Any) -> dict[str, Any]:

@@ -207,8 +207,8 @@ def test_train_config_records_imports_and_the_flag_is_import(in_project):
     from trainers.config import TrainConfig, config_from_flags
 
     cfg = config_from_flags(["--env", ENTRY, "--import", "guess_envs", "--import", "guess_pkg/envs.py"])
-    assert cfg.env == ENTRY and cfg.imports == ("guess_envs", "guess_pkg/envs.py")
-    assert config_from_flags([]).imports == ()
+    assert cfg.data.env == ENTRY and cfg.data.imports == ("guess_envs", "guess_pkg/envs.py")
+    assert config_from_flags([]).data.imports == ()
     with pytest.raises(ConfigError, match="--import MODULE"):
         TrainConfig(imports="guess_envs")
 
@@ -315,6 +315,6 @@ def test_skyrl_train_one_step_on_the_users_env(project):
     assert step["episodes"] == 4 and step["masked"] == 0, step
     assert [r["episodes"] for r in records if r["kind"] == "eval"] == [2, 2]
     config = json.loads((run / "config.json").read_text())
-    assert config["env"] == ENTRY and config["imports"] == ["guess_envs"]
+    assert config["data"]["env"] == ENTRY and config["data"]["imports"] == ["guess_envs"]
     trajs = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
     assert {t["env_id"] for t in trajs} <= {ENTRY, "guess-word"} and not [t for t in trajs if t["masked"]]

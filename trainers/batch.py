@@ -50,7 +50,7 @@ class TrainBatch:
     """The critic's targets (GAE: advantages plus old values)."""
     loss_weight: float = 1.0
     """The whole batch's loss is multiplied by this: its rows' share of what the loss's mean
-    counts when left-out equal-reward groups still count (``TrainConfig.count_flat_groups``)."""
+    counts when left-out equal-reward groups still count (``group_filter="skip_counted"``)."""
 
     @property
     def num_tokens(self) -> int:

@@ -1,4 +1,4 @@
-"""``skyrl train``: every :class:`~trainers.config.TrainConfig` field is a flag.
+"""``skyrl train``: every :class:`~trainers.config.TrainConfig` setting is a flag.
 
 Also runnable as ``python -m trainers.cli train ...``, which is what ``torchrun`` launches for
 data-parallel training: ``torchrun --nproc_per_node 2 -m trainers.cli train --model ...``."""
@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from skyrl_gym.config import add_config_arguments, field_docs
+from skyrl_gym.config import add_setting_argument
 
 __all__ = ["add_command", "main"]  # the verbs: train, export
 
@@ -26,11 +26,17 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
             "learns the two-turn calculator tool-use task on CPU, with held-out evaluation before and after."
         ),
     )
-    add_config_arguments(p, TrainConfig, exclude=("imports",))
+    from trainers.config import accepted_settings
+
+    defaults = TrainConfig().as_settings()
+    settings = accepted_settings()
+    for name, s in settings.items():
+        if name != "imports":
+            add_setting_argument(p, name, s.hint, s.doc, defaults.get(name, "see --group-filter"))
     from skyrl_gym.cli import add_import_argument
 
-    # the field ``imports`` is one ``--import MODULE`` per module (the usual spelling of a repeated import)
-    add_import_argument(p, help=f"{field_docs(TrainConfig)['imports']} (repeatable; default: none)")
+    # the setting ``imports`` is one ``--import MODULE`` per module (the usual spelling of a repeated import)
+    add_import_argument(p, help=f"{settings['imports'].doc} (repeatable; default: none)")
     p.add_argument(
         "--config",
         dest="config_files",
@@ -38,8 +44,9 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="FILE",
         help=(
-            "Settings from a TOML, YAML or JSON file, by flag name (tables are headings; see "
-            "trainers.config_file). Repeatable: later files win, flags given here win over files. "
+            "Settings from a TOML, YAML or JSON file, by flag name, at the top level or in their "
+            "part's table ([data], [model], [rollout], [algorithm], [optimizer], [sampler], [run]; "
+            "other tables are headings; see trainers.config_file). Repeatable: later files win, flags given here win over files. "
             "With --resume the run directory's config.json comes first, so a resumed run needs no "
             "flags but --run-dir and --resume."
         ),

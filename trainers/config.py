@@ -1,23 +1,39 @@
-"""The configuration of a training run: one frozen dataclass, every field a ``skyrl train`` flag.
+"""The configuration of a training run: :class:`TrainConfig`, seven parts (decision 0035).
 
-The closed algorithm choices (``advantage``, ``loss``, ``reduction``, ``kl_estimator``) are the
-values of the enums in :mod:`trainers.types` (``Literal[*Enum]``), and the loss hyperparameters
-default to :class:`~trainers.types.PolicyLossConfig`'s, so the flags cannot drift from what the
-losses accept. :attr:`TrainConfig.loss_config` and :attr:`TrainConfig.kl_config` are what the
+``data`` (:class:`DataConfig`: the env, the rows, the held-out evaluation), ``model``
+(:class:`ModelConfig`: weights, LoRA, bf16), ``rollout`` (the runtime's own
+:class:`skyrl_agent.types.RolloutConfig`: budgets, sampling, group size, deadlines), ``algorithm``
+(:class:`AlgorithmConfig`: advantage, loss, KL, the group filter, overlong shaping),
+``optimizer`` (:class:`OptimizerConfig`: AdamW, the schedule, micro-batches, memory), ``sampler``
+(:class:`SamplerConfig`: the local engine's batching) and ``run`` (:class:`RunConfig`: steps,
+seed, scale-out, the run directory). Each function of the trainer takes the part it reads.
+
+Every setting also has one flat name, which is its ``skyrl train`` flag (``--max-turns``), its
+key in a config file (flat, or inside its part's table: ``[rollout] max_turns = 10``) and a
+keyword of the constructor: ``TrainConfig(env="kvchain", max_turns=10, lr=2e-5)`` builds the
+parts from the defaults; ``cfg.replace(steps=3)`` changes settings of an existing config.
+:func:`train_settings` lists them with where each lives. The closed algorithm choices
+(``advantage``, ``loss``, ``reduction``, ``kl_estimator``) are the values of the enums in
+:mod:`trainers.types`, and the loss hyperparameters default to
+:class:`~trainers.types.PolicyLossConfig`'s, so the flags cannot drift from what the losses
+accept. :attr:`TrainConfig.loss_config` and :attr:`AlgorithmConfig.kl_config` are what the
 training step hands to the losses."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shlex
-from collections.abc import Sequence
-from dataclasses import dataclass
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from skyrl_gym.config import parse_env_config
-from skyrl_gym.errors import ConfigError
+from skyrl_agent.types import RolloutConfig, SamplingParams
+from skyrl_gym.config import field_docs, parse_env_config
+from skyrl_gym.errors import ConfigError, did_you_mean
 from trainers.types import (
     AdvantageEstimator,
     KLConfig,
@@ -28,17 +44,42 @@ from trainers.types import (
     parse_choice,
 )
 
-__all__ = ["TrainConfig", "parse_env_config", "read_flags", "config_from_flags"]
+__all__ = [
+    "TrainConfig",
+    "DataConfig",
+    "ModelConfig",
+    "AlgorithmConfig",
+    "OptimizerConfig",
+    "SamplerConfig",
+    "RunConfig",
+    "RolloutConfig",
+    "GroupFilter",
+    "Setting",
+    "train_settings",
+    "accepted_settings",
+    "default_rollout",
+    "parse_env_config",
+    "read_flags",
+    "config_from_flags",
+    "saved_config",
+    "saved_settings",
+]
+
+GroupFilter = Literal["none", "skip", "skip_counted", "dynamic"]
+"""What happens to a step's equal-reward groups (:attr:`AlgorithmConfig.group_filter`)."""
+
+
+def _at_least(part: object, names: Sequence[str], low: float, hint: str = "") -> None:
+    for name in names:
+        value = getattr(part, name)
+        if value < low:
+            raise ConfigError(f"{name} must be >= {low:g}{hint}, got {value}")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """A GRPO/PPO run: data, model, rollouts, algorithm, optimizer, evaluation and bookkeeping.
+class DataConfig:
+    """What the run trains and evaluates on: the env, the training rows, the held-out rows."""
 
-    The defaults are the main job: the bundled SmolLM2-135M-Instruct learning the two-turn
-    ``calculator`` tool-use task on CPU (about 8 minutes on two AVX512-BF16 cores; see the README's headline figures)."""
-
-    # ---------------------------------------------------------------- task and data
     env: str = "calculator"
     """Registered env id to train on, or an env class of your own as ``package.module:Class``
     (importable from the current directory or ``sys.path``; registered under that string for the
@@ -55,7 +96,7 @@ class TrainConfig:
     """Settings for every env the run makes, as KEY=VALUE (VALUE read as JSON when it parses,
     else as a string), e.g. ``--env-config max_turns=3``; ``ENV.KEY=VALUE`` sets a key for one
     env only (``text2sql.db_path=/data``). A row's own ``env_config`` wins."""
-    data: str | None = None
+    path: str | None = field(default=None, metadata={"flag": "data"})
     """Training rows with the published columns: a JSONL or Parquet file or a saved ``datasets``
     directory; default: the env's bundled rows."""
     eval_data: str | None = None
@@ -76,8 +117,22 @@ class TrainConfig:
     """Evaluate before the first step (the baseline)."""
     eval_every: int = 0
     """Evaluate every N steps as well as at the end (0: only before and after)."""
-    # ---------------------------------------------------------------- model
-    model: str = "smollm2-135m"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.imports, str):
+            raise ConfigError(
+                f"imports must be a tuple of module names, e.g. ({self.imports!r},); on the command "
+                "line: --import MODULE, once per module"
+            )
+        parse_env_config(self.env_config)  # fail at once on a malformed item
+        _at_least(self, ("train_prompts", "eval_prompts", "eval_samples", "eval_every"), 0)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The trained model: its weights, LoRA adapters, and the number format it computes in."""
+
+    path: str = field(default="smollm2-135m", metadata={"flag": "model"})
     """Model path, Hugging Face id in the local cache, or 'smollm2-135m' (the bundled model)."""
     lora_rank: int = 0
     """LoRA rank through peft (0: full fine-tune). On CPU, LoRA saves memory, not time."""
@@ -96,34 +151,21 @@ class TrainConfig:
     """bf16 autocast for generation and training. None (auto): on where the device computes bf16
     natively (CUDA; a CPU with AVX512-BF16 or AMX), off elsewhere: on an AVX2-only CPU bf16 is
     emulated and several times slower than float32 (``skyrl_agent.models.bf16_is_native``)."""
-    # ---------------------------------------------------------------- rollouts
-    steps: int = 12
-    """Training steps (each: one batch of groups, one or more optimizer updates)."""
-    prompts_per_step: int = 8
-    """Prompts per step. The main job's 8 (x ``group_size`` 8): every step has each of its four
-    question shapes (most steps two of each), so a habit that one shape's groups reward meets the
-    other shapes' groups in the same update: five seeds ended at held-out success 0.92-0.98; with
-    4, 5 of 7 runs ended at 0.9 or more and the other two each lost most of one shape
-    (``results/main-job/main-job-p8-2026-12-05.txt``)."""
-    group_size: int = 8
-    """Samples per prompt (the GRPO group)."""
-    temperature: float = 0.8
-    """Sampling temperature for training and evaluation rollouts."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold."""
-    max_turns: int = 2
-    """Most policy turns per episode."""
-    max_tokens_per_turn: int = 40
-    """Most new tokens per turn."""
-    max_context_tokens: int = 2048
-    """Most tokens per episode, prompt included."""
-    stop: tuple[str, ...] = ("</tool_call>", "</answer>")
-    """Stop strings that end a turn early (kept in the output)."""
-    observation_style: Literal["messages", "inline"] = "messages"
-    """Observations as their own chat messages, or appended inside the assistant message."""
-    concurrency: int = 64
-    """Most episodes in flight at once."""
-    # ---------------------------------------------------------------- algorithm
+
+    def __post_init__(self) -> None:
+        if self.lora_rank < 0 or not 0 <= self.lora_dropout < 1:
+            raise ConfigError("lora_rank must be >= 0 and lora_dropout in [0, 1)")
+        if isinstance(self.lora_target_modules, str):
+            raise ConfigError(
+                "lora_target_modules must be a tuple of module names, e.g. ('q_proj', 'v_proj')"
+            )
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """How episodes become a loss: the advantage estimator, the policy loss and its clips, KL and
+    entropy terms, the critic, which groups train, and the overlong shaping."""
+
     advantage: Literal[*AdvantageEstimator] = "grpo"
     """Advantage estimator; 'gae' trains a critic (a value head on the policy's last hidden state)."""
     loss: Literal[*PolicyLossType] = "ppo_clip"
@@ -180,36 +222,28 @@ class TrainConfig:
     in asynchronous mode, where it also corrects for staleness)."""
     tis_cap: float = PolicyLossConfig.tis_cap
     """Truncated importance sampling: the upper bound of the weight ``exp(old - rollout)``."""
-    skip_equal_reward_groups: bool = True
-    """Leave out groups whose samples all got the same reward (they carry no GRPO signal)."""
-    count_flat_groups: bool = False
-    """With ``skip_equal_reward_groups``: the groups left out still count in the loss's mean (their
-    tokens, sequences or groups, as ``reduction`` counts), so the update is the one that training
-    them with their zero advantages would give (exactly so while ``kl_coef`` and ``entropy_coef``
-    are 0), without their forward and backward: a step where one group of four carries signal
-    moves the weights about a quarter as far. False: the mean over the informative groups alone,
-    a full-size step however few they are. Not used with ``dynamic_sampling`` (which fills the
-    batch with informative groups instead) or ``advantage="gae"`` (a critic's advantages are not
-    zero in an equal-reward group)."""
+    group_filter: GroupFilter = "skip"
+    """What happens to groups whose samples all got the same reward (they carry no GRPO signal):
+    ``none`` trains them with their zero advantages; ``skip`` (the default) leaves them out, the
+    loss a mean over the informative groups alone (a full-size step however few they are);
+    ``skip_counted`` leaves them out but counts them in the loss's mean (their tokens, sequences
+    or groups, as ``reduction`` counts), so the update is the one training them would give
+    (exactly so while ``kl_coef`` and ``entropy_coef`` are 0) without their forward and
+    backward: a step where one group of four carries signal moves the weights about a quarter
+    as far (with ``advantage="gae"`` it acts as ``skip``: a critic's advantages are not zero in
+    an equal-reward group); ``dynamic`` is DAPO's dynamic sampling (Yu et al. 2025): keep
+    sampling new prompts until the step has ``prompts_per_step`` informative groups (or
+    ``max_sampling_rounds`` ran out), so every update sees a full batch. The old flags still
+    work: ``--no-skip-equal-reward-groups`` is ``none``, ``--count-flat-groups`` is
+    ``skip_counted``, ``--dynamic-sampling`` is ``dynamic``."""
+    max_sampling_rounds: int = 4
+    """``group_filter="dynamic"``: at most this many rollout rounds per step (the first one included); the
+    step trains on what it has when they run out. The metric ``sampling_rounds`` counts them."""
     step_wise: bool = False
     """Train one sample per turn (its own prompt: everything the model saw before it), each with
     its episode's advantage, instead of one sample per episode. For agents whose history is not
     append-only; episodes whose context was rewritten (``context_strategy``) are always trained
     one sample per stretch. Needs an outcome advantage (not ``gae``)."""
-    context_strategy: Literal["stop", "drop_observations", "summarize"] = "stop"
-    """When the next observation and a full turn would not fit in ``max_context_tokens``: stop the
-    episode, drop the oldest observations beyond ``keep_observations``, or call the env's
-    ``summarize_history`` hook; see :mod:`skyrl_agent.context`."""
-    keep_observations: int = 2
-    """``drop_observations``: the most recent observations kept in full."""
-    dynamic_sampling: bool = False
-    """DAPO's dynamic sampling (Yu et al. 2025): when groups are left out as equal-reward, keep
-    sampling new prompts until the step has ``prompts_per_step`` informative groups (or
-    ``max_sampling_rounds`` ran out), so every update sees a full batch. Needs
-    ``skip_equal_reward_groups``."""
-    max_sampling_rounds: int = 4
-    """Dynamic sampling: at most this many rollout rounds per step (the first one included); the
-    step trains on what it has when they run out. The metric ``sampling_rounds`` counts them."""
     overlong_buffer: int = 0
     """DAPO's soft overlong punishment (eq. 13): episodes whose sequence comes within this many
     tokens of ``max_context_tokens`` lose reward linearly, up to ``overlong_penalty`` at the limit
@@ -220,7 +254,60 @@ class TrainConfig:
     """DAPO's overlong filtering: episodes that hit a length limit (stopped on the context limit,
     or a turn cut by ``max_tokens_per_turn``) are masked out of the loss; their rewards still
     count in their group's baseline."""
-    # ---------------------------------------------------------------- optimizer
+
+    def __post_init__(self) -> None:
+        parse_choice(AdvantageEstimator, self.advantage)
+        parse_choice(PolicyLossType, self.loss)
+        if self.group_filter not in typing.get_args(GroupFilter):
+            raise ConfigError(
+                f"unknown group_filter {self.group_filter!r}; choose one of "
+                f"{list(typing.get_args(GroupFilter))}."
+                + did_you_mean(str(self.group_filter), typing.get_args(GroupFilter))
+            )
+        if self.step_wise and self.advantage == "gae":
+            raise ConfigError(
+                "step-wise samples (step_wise, or a context_strategy that rewrites the history) take "
+                "their episode's advantage, which needs an outcome estimator: use grpo, dr_grpo, rloo "
+                "or reinforce_pp, not gae"
+            )
+        if not 0 <= self.gae_lambda <= 1 or not 0 <= self.gamma <= 1:
+            raise ConfigError(
+                f"gamma and gae_lambda must be in [0, 1], got {self.gamma} and {self.gae_lambda}"
+            )
+        if self.value_coef < 0 or self.value_clip < 0:
+            raise ConfigError("value_coef and value_clip must be >= 0")
+        if self.max_sampling_rounds < 1:
+            raise ConfigError(f"max_sampling_rounds must be >= 1, got {self.max_sampling_rounds}")
+        if self.overlong_buffer < 0:
+            raise ConfigError(f"overlong_buffer must be >= 0 (0: off), got {self.overlong_buffer}")
+        if self.overlong_penalty < 0:
+            raise ConfigError(
+                f"overlong_penalty must be >= 0 (it is subtracted), got {self.overlong_penalty}"
+            )
+        _ = self.kl_config  # fail at once on a bad KL hyperparameter
+
+    @property
+    def kl_config(self) -> KLConfig:
+        """The KL term's settings (a loss term; ``coef`` 0 turns it off)."""
+        return KLConfig(estimator=self.kl_estimator, coef=self.kl_coef, clamp=self.kl_clamp)
+
+    @property
+    def skips_flat_groups(self) -> bool:
+        """Whether equal-reward groups are left out of the update (every filter but ``none``)."""
+        return self.group_filter != "none"
+
+    @property
+    def counts_flat_groups(self) -> bool:
+        """Whether left-out equal-reward groups count in the loss's mean (``skip_counted``; not
+        with a critic, whose advantages are not zero in such a group)."""
+        return self.group_filter == "skip_counted" and self.advantage != "gae"
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The update: AdamW and its schedule, how a batch is cut into micro-batches, and what the
+    train step does for memory."""
+
     lr: float = 4e-5
     """AdamW learning rate."""
     weight_decay: float = 0.0
@@ -262,16 +349,50 @@ class TrainConfig:
     fused_head: bool = True
     """Run the LM head only at positions that predict a trained token, fused with the
     log-softmax, in chunks (same losses and gradients; False: full logits, the reference path)."""
-    sampler_cascade_min_tokens: int = 64
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.lr_schedule not in ("constant", "linear", "cosine"):
+            raise ConfigError(f"unknown lr_schedule {self.lr_schedule!r}; use constant, linear or cosine")
+        _at_least(self, ("updates_per_step", "micro_batch_size"), 1)
+        _at_least(self, ("micro_batch_tokens",), 0, " (0: no token bound)")
+        _at_least(self, ("release_memory_above",), 0, " (0: always, 1: never)")
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """The local sampler's batching (:class:`skyrl_agent.policies.EngineConfig`)."""
+
+    cascade_min_tokens: int = field(default=64, metadata={"flag": "sampler_cascade_min_tokens"})
     """The sampler's ``EngineConfig.cascade_min_tokens``: above 0, rows under a shared prompt
     prefix of at least this many tokens read one copy of its KV in decode steps (CPU under bf16
     autocast; decision 0025). 0: off (every row reads its own copy)."""
-    sampler_max_rows: int = 64
+    max_rows: int = field(default=64, metadata={"flag": "sampler_max_rows"})
     """Most rows the sampler decodes at once (raised to ``prompts_per_step * group_size`` when
     that is more): the evaluations' episodes share decode steps. The main job's evaluation (256
     episodes, 2 cores, bf16): 72.9 s with 32 rows, 64.0 s with 64, 72.6 s with 128
     (``bench/bench_generation.py --sections 1 --variants engine rows-64-cascade rows-128-cascade``)."""
-    # ---------------------------------------------------------------- scale-out and overlap
+
+    def __post_init__(self) -> None:
+        _at_least(self, ("max_rows",), 1)
+        _at_least(self, ("cascade_min_tokens",), 0, " (0: off; 64 turns it on)")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The run itself: how long, its seed, how it scales out and overlaps, where it writes."""
+
+    steps: int = 12
+    """Training steps (each: one batch of groups, one or more optimizer updates)."""
+    prompts_per_step: int = 8
+    """Prompts per step. The main job's 8 (x ``group_size`` 8): every step has each of its four
+    question shapes (most steps two of each), so a habit that one shape's groups reward meets the
+    other shapes' groups in the same update: five seeds ended at held-out success 0.92-0.98; with
+    4, 5 of 7 runs ended at 0.9 or more and the other two each lost most of one shape
+    (``results/main-job/main-job-p8-2026-12-05.txt``)."""
+    seed: int = 0
+    """Seed for data order, sampling and initialization."""
     async_staleness: int = 0
     """0: synchronous (each batch sampled by the current weights). k >= 1: the next batches are
     generated in a background thread while the trainer trains, at most k updates behind (a batch
@@ -287,7 +408,6 @@ class TrainConfig:
     """Under torchrun: shard the model with FSDP2 instead of replicating it (None: on with NCCL,
     off with gloo; --fsdp on gloo runs the GPU code path on CPU, as the tests do). With FSDP2 the
     logprobs take the full-logits path, and a critic or a KL reference is not supported yet."""
-    # ---------------------------------------------------------------- bookkeeping
     run_dir: str = "runs/calculator"
     """Where metrics, trajectories, checkpoints and plots go."""
     checkpoint_every: int = 5
@@ -296,8 +416,6 @@ class TrainConfig:
     """How many checkpoints to keep."""
     resume: bool = False
     """Continue from the newest checkpoint in run_dir."""
-    seed: int = 0
-    """Seed for data order, sampling and initialization."""
     threads: int = 0
     """torch CPU threads (0: torch's default)."""
     report_to: tuple[str, ...] = ("tensorboard",)
@@ -307,97 +425,8 @@ class TrainConfig:
     """Print a progress line per step."""
 
     def __post_init__(self) -> None:
-        positive = (
-            "steps",
-            "prompts_per_step",
-            "group_size",
-            "max_turns",
-            "max_tokens_per_turn",
-            "micro_batch_size",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.release_memory_above < 0:
-            raise ConfigError(
-                f"TrainConfig.release_memory_above must be >= 0 (0: always, 1: never), got {self.release_memory_above}"
-            )
-        if self.micro_batch_tokens < 0:
-            raise ConfigError(
-                f"TrainConfig.micro_batch_tokens must be >= 0 (0: no token bound), got {self.micro_batch_tokens}"
-            )
-        if self.updates_per_step < 1:
-            raise ConfigError(f"updates_per_step must be >= 1, got {self.updates_per_step}")
-        if self.temperature <= 0:
-            raise ConfigError("temperature must be > 0 for RL rollouts (greedy samples give GRPO no signal)")
-        if self.lr <= 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
-        if self.lr_schedule not in ("constant", "linear", "cosine"):
-            raise ConfigError(f"unknown lr_schedule {self.lr_schedule!r}; use constant, linear or cosine")
-        if self.group_size < 2 and self.advantage in ("grpo", "dr_grpo", "rloo", "gigpo", "mt_grpo"):
-            raise ConfigError(f"{self.advantage} needs group_size >= 2 (a baseline from the other samples)")
-        if (self.step_wise or self.context_strategy != "stop") and self.advantage == "gae":
-            raise ConfigError(
-                "step-wise samples (step_wise, or a context_strategy that rewrites the history) take "
-                "their episode's advantage, which needs an outcome estimator: use grpo, dr_grpo, rloo "
-                "or reinforce_pp, not gae"
-            )
-        if (self.step_wise or self.context_strategy != "stop") and self.advantage in ("gigpo", "mt_grpo"):
-            raise ConfigError(
-                f"{self.advantage} gives each turn of an append-only episode its own advantage; it runs "
-                "neither with step_wise nor with a context_strategy that rewrites the history: drop "
-                "--step-wise / use --context-strategy stop, or an outcome estimator (grpo, dr_grpo, rloo)"
-            )
-        if self.advantage in ("gigpo", "mt_grpo") and not 0.0 <= self.gamma <= 1.0:
-            raise ConfigError(
-                f"{self.advantage} discounts turn returns by gamma, which must be in [0, 1], got {self.gamma}"
-            )
-        from skyrl_agent.types import check_context_strategy
-
-        check_context_strategy(self.context_strategy, self.keep_observations, self.observation_style)
-        if self.dynamic_sampling and not self.skip_equal_reward_groups:
-            raise ConfigError(
-                "dynamic_sampling replaces equal-reward groups with new ones, so it needs "
-                "skip_equal_reward_groups on (drop --no-skip-equal-reward-groups)"
-            )
-        if self.max_sampling_rounds < 1:
-            raise ConfigError(f"max_sampling_rounds must be >= 1, got {self.max_sampling_rounds}")
-        if not 0 <= self.overlong_buffer <= self.max_context_tokens:
-            raise ConfigError(
-                f"overlong_buffer must be in [0, max_context_tokens={self.max_context_tokens}], "
-                f"got {self.overlong_buffer}"
-            )
-        if self.overlong_penalty < 0:
-            raise ConfigError(
-                f"overlong_penalty must be >= 0 (it is subtracted), got {self.overlong_penalty}"
-            )
-        if self.async_staleness < 0:
-            raise ConfigError(f"async_staleness must be >= 0 (0: synchronous), got {self.async_staleness}")
-        if self.sampler_max_rows < 1:
-            raise ConfigError(f"sampler_max_rows must be >= 1, got {self.sampler_max_rows}")
-        if self.sampler_cascade_min_tokens < 0:
-            raise ConfigError(
-                f"sampler_cascade_min_tokens must be >= 0 (0: off; 64 turns it on), got {self.sampler_cascade_min_tokens}"
-            )
-        if not 0 <= self.gae_lambda <= 1 or not 0 <= self.gamma <= 1:
-            raise ConfigError(
-                f"gamma and gae_lambda must be in [0, 1], got {self.gamma} and {self.gae_lambda}"
-            )
-        if self.value_coef < 0 or self.value_clip < 0:
-            raise ConfigError("value_coef and value_clip must be >= 0")
-        if self.lora_rank < 0 or not 0 <= self.lora_dropout < 1:
-            raise ConfigError("lora_rank must be >= 0 and lora_dropout in [0, 1)")
-        if isinstance(self.lora_target_modules, str):
-            raise ConfigError(
-                "lora_target_modules must be a tuple of module names, e.g. ('q_proj', 'v_proj')"
-            )
-        if isinstance(self.stop, str):
-            raise ConfigError("stop must be a tuple of strings")
-        if isinstance(self.imports, str):
-            raise ConfigError(
-                f"imports must be a tuple of module names, e.g. ({self.imports!r},); on the command "
-                "line: --import MODULE, once per module"
-            )
+        _at_least(self, ("steps", "prompts_per_step", "checkpoint_every", "keep_checkpoints"), 1)
+        _at_least(self, ("async_staleness",), 0, " (0: synchronous)")
         names = tuple(n.strip() for item in self.report_to for n in str(item).split(",") if n.strip())
         object.__setattr__(self, "report_to", tuple(n for n in names if n != "none"))
         unknown = [n for n in self.report_to if n not in ("tensorboard", "wandb", "mlflow")]
@@ -405,26 +434,329 @@ class TrainConfig:
             raise ConfigError(
                 f"unknown tracker(s) {unknown} in report_to; choose from tensorboard, wandb, mlflow"
             )
-        parse_env_config(self.env_config)  # fail at once on a malformed item
-        parse_choice(AdvantageEstimator, self.advantage)
-        parse_choice(PolicyLossType, self.loss)
-        _ = self.loss_config, self.kl_config  # fail at once on a bad loss or KL hyperparameter
+
+
+def default_rollout() -> RolloutConfig:
+    """The trainer's rollouts when nothing is set: the main job's two-turn calculator budgets,
+    groups of 8 at temperature 0.8, 64 episodes in flight (the runtime's own defaults for the
+    rest: deadlines, env threads, retries)."""
+    return RolloutConfig(
+        max_turns=2,
+        max_tokens_per_turn=40,
+        max_context_tokens=2048,
+        sampling=SamplingParams(
+            temperature=0.8, top_p=1.0, max_tokens=40, stop=("</tool_call>", "</answer>")
+        ),
+        n_samples=8,
+        concurrency=64,
+        keep_messages=True,
+    )
+
+
+_PARTS: dict[str, type] = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "rollout": RolloutConfig,
+    "algorithm": AlgorithmConfig,
+    "optimizer": OptimizerConfig,
+    "sampler": SamplerConfig,
+    "run": RunConfig,
+}
+# The runtime's RolloutConfig fields a run may set, by flat name: the rest are the trainer's to
+# choose per call (``n_samples`` of an evaluation, ``seed``) or fixed (``keep_messages``).
+_ROLLOUT: dict[str, tuple[str, ...]] = {
+    "group_size": ("n_samples",),
+    "temperature": ("sampling", "temperature"),
+    "top_p": ("sampling", "top_p"),
+    "top_k": ("sampling", "top_k"),
+    "stop": ("sampling", "stop"),
+    **{
+        name: (name,)
+        for name in (
+            "max_turns",
+            "max_tokens_per_turn",
+            "max_context_tokens",
+            "observation_style",
+            "context_strategy",
+            "keep_observations",
+            "concurrency",
+            "episode_deadline_s",
+            "env_step_timeout_s",
+            "env_setup_timeout_s",
+            "env_grade_timeout_s",
+            "env_threads",
+            "env_calls",
+            "max_retries",
+        )
+    },
+}
+_ROLLOUT_DOCS = {"group_size": "Samples per prompt (the GRPO group; the rollout's ``n_samples``)."}
+_OLD_GROUP_FLAGS = ("skip_equal_reward_groups", "count_flat_groups", "dynamic_sampling")
+"""Settings before ``group_filter`` (still accepted: :func:`_group_filter_of`)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a run: its flat name (flag and file key) and where it lives."""
+
+    name: str
+    """The flat name: ``--max-turns`` on the command line, ``max_turns`` in a file."""
+    part: str
+    """The part of :class:`TrainConfig` that holds it (``rollout``)."""
+    path: tuple[str, ...]
+    """The attribute path inside that part (``("sampling", "temperature")``)."""
+    hint: Any
+    """Its type."""
+    doc: str
+    """What it does."""
+
+
+@functools.cache
+def train_settings() -> dict[str, Setting]:
+    """Every setting of :class:`TrainConfig` by flat name, in the parts' order."""
+    out: dict[str, Setting] = {}
+    for part, cls in _PARTS.items():
+        if part == "rollout":
+            for name, path in _ROLLOUT.items():
+                owner = SamplingParams if path[0] == "sampling" else RolloutConfig
+                doc = _ROLLOUT_DOCS.get(name) or field_docs(owner)[path[-1]]
+                out[name] = Setting(name, part, path, typing.get_type_hints(owner)[path[-1]], doc)
+            continue
+        hints, docs = typing.get_type_hints(cls), field_docs(cls)
+        for f in dataclasses.fields(cls):
+            name = f.metadata.get("flag", f.name)
+            out[name] = Setting(name, part, (f.name,), hints[f.name], docs.get(f.name, ""))
+    return out
+
+
+_OLD_DOCS = {
+    "skip_equal_reward_groups": "The old spelling of --group-filter: --no-skip-equal-reward-groups is none.",
+    "count_flat_groups": "The old spelling of --group-filter skip_counted.",
+    "dynamic_sampling": "The old spelling of --group-filter dynamic.",
+}
+
+
+@functools.cache
+def accepted_settings() -> dict[str, Setting]:
+    """:func:`train_settings` and the old names still accepted (flags, files, keywords):
+    ``skip_equal_reward_groups``, ``count_flat_groups`` and ``dynamic_sampling``, which spell a
+    ``group_filter``."""
+    old = {
+        name: Setting(name, "algorithm", ("group_filter",), bool, _OLD_DOCS[name])
+        for name in _OLD_GROUP_FLAGS
+    }
+    return {**train_settings(), **old}
+
+
+def _group_filter_of(old: Mapping[str, Any]) -> str:
+    """The ``group_filter`` the old booleans spell (``skip_equal_reward_groups`` True,
+    ``count_flat_groups`` and ``dynamic_sampling`` False when not given)."""
+    skip = old.get("skip_equal_reward_groups", True)
+    if old.get("dynamic_sampling", False):
+        if not skip:
+            raise ConfigError(
+                "dynamic_sampling replaces equal-reward groups with new ones, so it needs "
+                "skip_equal_reward_groups on (drop --no-skip-equal-reward-groups)"
+            )
+        return "dynamic"
+    if not skip:
+        return "none"
+    return "skip_counted" if old.get("count_flat_groups", False) else "skip"
+
+
+def _get(obj: Any, path: Sequence[str]) -> Any:
+    for name in path:
+        obj = getattr(obj, name)
+    return obj
+
+
+def _with(obj: Any, path: Sequence[str], value: Any) -> Any:
+    if len(path) == 1:
+        return dataclasses.replace(obj, **{path[0]: value})
+    return dataclasses.replace(obj, **{path[0]: _with(getattr(obj, path[0]), path[1:], value)})
+
+
+@dataclass(frozen=True, init=False)
+class TrainConfig:
+    """A GRPO/PPO run in seven parts (module docstring). The defaults are the main job: the
+    bundled SmolLM2-135M-Instruct learning the two-turn ``calculator`` tool-use task on CPU.
+
+    Build it from parts, from flat settings, or both (settings apply on top of the parts given)::
+
+        TrainConfig(env="kvchain", max_turns=10, lr=2e-5)
+        TrainConfig(rollout=RolloutConfig(max_turns=10, n_samples=8), optimizer=OptimizerConfig(lr=2e-5))
+    """
+
+    data: DataConfig
+    """The env, the training rows and the held-out evaluation."""
+    model: ModelConfig
+    """The trained model."""
+    rollout: RolloutConfig
+    """The runtime's rollout config (budgets, sampling, ``n_samples`` = the group size);
+    evaluations use it with ``n_samples`` = ``data.eval_samples``."""
+    algorithm: AlgorithmConfig
+    """Advantage, loss, KL, group filter, overlong shaping."""
+    optimizer: OptimizerConfig
+    """AdamW, schedule, micro-batches, memory options of the update."""
+    sampler: SamplerConfig
+    """The local sampler's batching."""
+    run: RunConfig
+    """Steps, seed, scale-out, the run directory."""
+
+    def __init__(
+        self,
+        data: DataConfig | str | None = None,
+        model: ModelConfig | str | None = None,
+        rollout: RolloutConfig | None = None,
+        algorithm: AlgorithmConfig | None = None,
+        optimizer: OptimizerConfig | None = None,
+        sampler: SamplerConfig | None = None,
+        run: RunConfig | None = None,
+        **settings: Any,
+    ) -> None:
+        given = {"data": data, "model": model, "rollout": rollout, "algorithm": algorithm}
+        given |= {"optimizer": optimizer, "sampler": sampler, "run": run}
+        parts: dict[str, Any] = {}
+        for name, value in given.items():
+            if value is None or isinstance(value, _PARTS[name]):
+                parts[name] = value if value is not None else _default_part(name)
+            elif name in ("data", "model") and isinstance(value, str | os.PathLike):
+                settings[name] = str(value)  # the flat settings ``data`` (a rows file) and ``model``
+                parts[name] = _default_part(name)
+            else:
+                raise ConfigError(
+                    f"TrainConfig({name}=...) takes a {_PARTS[name].__name__}, got {type(value).__name__}"
+                )
+        self._set(_apply(parts, settings))
+
+    def _set(self, parts: Mapping[str, Any]) -> None:
+        for name, value in parts.items():
+            object.__setattr__(self, name, value)
+        self._check()
+
+    @classmethod
+    def settings_table(cls) -> dict[str, Setting]:
+        """:func:`accepted_settings`: what the CLI and config files may set."""
+        return accepted_settings()
+
+    def replace(self, **settings: Any) -> TrainConfig:
+        """A copy with these settings changed (flat names, as :func:`train_settings` lists them;
+        ``data`` and ``model`` are the rows file and the model path here, as on the command
+        line: ``dataclasses.replace`` would take them for the parts)."""
+        new = object.__new__(TrainConfig)
+        new._set(_apply({name: getattr(self, name) for name in _PARTS}, settings))
+        return new
+
+    def as_settings(self) -> dict[str, Any]:
+        """Every setting by flat name (what ``--flag`` or a flat config file would give)."""
+        return {name: _get(getattr(self, s.part), s.path) for name, s in train_settings().items()}
+
+    def as_tables(self) -> dict[str, dict[str, Any]]:
+        """The settings by part, as a config file's tables hold them (``config.json``)."""
+        tables: dict[str, dict[str, Any]] = {part: {} for part in _PARTS}
+        for name, s in train_settings().items():
+            value = _get(getattr(self, s.part), s.path)
+            tables[s.part][name] = list(value) if isinstance(value, tuple) else value
+        return tables
 
     @property
     def loss_config(self) -> PolicyLossConfig:
-        """The policy-loss hyperparameters: every :class:`PolicyLossConfig` field from the field
-        of the same name here, except that truncated importance sampling is always on in
-        asynchronous mode and ``norm_constant`` defaults to the longest generation."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(PolicyLossConfig)}
-        values["truncated_is"] = self.truncated_is or self.async_staleness > 0
-        if self.norm_constant is None:
-            values["norm_constant"] = float(self.max_turns * self.max_tokens_per_turn)
+        """The policy-loss hyperparameters: every :class:`PolicyLossConfig` field from the
+        algorithm's field of the same name, except that truncated importance sampling is always
+        on in asynchronous mode and ``norm_constant`` defaults to the longest generation."""
+        algorithm = self.algorithm
+        values = {f.name: getattr(algorithm, f.name) for f in dataclasses.fields(PolicyLossConfig)}
+        values["truncated_is"] = algorithm.truncated_is or self.run.async_staleness > 0
+        if algorithm.norm_constant is None:
+            values["norm_constant"] = float(self.rollout.max_turns * self.rollout.max_tokens_per_turn)
         return PolicyLossConfig(**values)
 
     @property
     def kl_config(self) -> KLConfig:
-        """The KL term's settings (a loss term; ``coef`` 0 turns it off)."""
-        return KLConfig(estimator=self.kl_estimator, coef=self.kl_coef, clamp=self.kl_clamp)
+        """:attr:`AlgorithmConfig.kl_config`."""
+        return self.algorithm.kl_config
+
+    def _check(self) -> None:
+        """What no single part can check alone."""
+        algorithm, rollout = self.algorithm, self.rollout
+        if rollout.sampling.temperature <= 0:
+            raise ConfigError("temperature must be > 0 for RL rollouts (greedy samples give GRPO no signal)")
+        if rollout.n_samples < 2 and algorithm.advantage in ("grpo", "dr_grpo", "rloo", "gigpo", "mt_grpo"):
+            raise ConfigError(
+                f"{algorithm.advantage} needs group_size >= 2 (a baseline from the other samples)"
+            )
+        rewrites = rollout.context_strategy != "stop"
+        if rewrites and algorithm.advantage == "gae":
+            raise ConfigError(
+                "step-wise samples (step_wise, or a context_strategy that rewrites the history) take "
+                "their episode's advantage, which needs an outcome estimator: use grpo, dr_grpo, rloo "
+                "or reinforce_pp, not gae"
+            )
+        if (algorithm.step_wise or rewrites) and algorithm.advantage in ("gigpo", "mt_grpo"):
+            raise ConfigError(
+                f"{algorithm.advantage} gives each turn of an append-only episode its own advantage; it runs "
+                "neither with step_wise nor with a context_strategy that rewrites the history: drop "
+                "--step-wise / use --context-strategy stop, or an outcome estimator (grpo, dr_grpo, rloo)"
+            )
+        if algorithm.overlong_buffer > rollout.max_context_tokens:
+            raise ConfigError(
+                f"overlong_buffer must be in [0, max_context_tokens={rollout.max_context_tokens}], "
+                f"got {algorithm.overlong_buffer}"
+            )
+        _ = self.loss_config  # fail at once on a bad loss hyperparameter
+
+
+def _default_part(name: str) -> Any:
+    return default_rollout() if name == "rollout" else _PARTS[name]()
+
+
+def _apply(parts: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``parts`` with the flat ``settings`` applied, each part rebuilt (and so checked) once."""
+    known = train_settings()
+    settings = dict(settings)
+    old = {name: settings.pop(name) for name in _OLD_GROUP_FLAGS if name in settings}
+    if old:
+        spelled = _group_filter_of(old)
+        if settings.get("group_filter", spelled) != spelled:
+            raise ConfigError(
+                f"group_filter={settings['group_filter']!r} and {', '.join(f'{k}={v}' for k, v in old.items())} "
+                f"disagree (those spell group_filter={spelled!r}); set group_filter alone"
+            )
+        settings["group_filter"] = spelled
+    by_part: dict[str, dict[str, Any]] = {}
+    for name, value in settings.items():
+        if name not in known:
+            raise ConfigError(
+                f"{name!r} is not a setting of TrainConfig.{did_you_mean(name, [*known, *_OLD_GROUP_FLAGS]) or ''} "
+                "(`skyrl train --help` lists them; trainers.config.train_settings() too)"
+            )
+        by_part.setdefault(known[name].part, {})[name] = value
+    out = dict(parts)
+    for part, values in by_part.items():
+        if part == "rollout":
+            rollout = out["rollout"]
+            for name, value in values.items():
+                rollout = _with(rollout, known[name].path, value)
+            out["rollout"] = rollout
+        else:
+            out[part] = dataclasses.replace(out[part], **{known[n].path[0]: v for n, v in values.items()})
+    rollout = out["rollout"]
+    if rollout.sampling.max_tokens != rollout.max_tokens_per_turn:  # one budget, as the runtime reads it
+        out["rollout"] = _with(rollout, ("sampling", "max_tokens"), rollout.max_tokens_per_turn)
+    return out
+
+
+def saved_config(run_dir: str | os.PathLike[str]) -> TrainConfig:
+    """The config a run directory's ``config.json`` records (written by today's trainer, by
+    part, or by one from before the nested config, flat)."""
+    from trainers.config_file import read_config_file
+
+    return TrainConfig(**read_config_file(Path(run_dir) / "config.json", TrainConfig))
+
+
+def saved_settings(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """:func:`saved_config`'s settings by flat name; empty when the directory has no config."""
+    return saved_config(run_dir).as_settings() if Path(run_dir, "config.json").exists() else {}
 
 
 def read_flags(path: str | os.PathLike[str]) -> list[str]:

@@ -42,9 +42,27 @@ SUFFIXES = (".toml", ".yaml", ".yml", ".json")
 
 
 def settable_fields(cls: type) -> dict[str, Any]:
-    """The fields of the dataclass ``cls`` a file may set, by name, with their type hints."""
+    """The settings a file may set, by flat name, with their types: for
+    :class:`~trainers.config.TrainConfig` its settings (:func:`trainers.config.accepted_settings`),
+    for another dataclass its fields."""
+    table = getattr(cls, "settings_table", None)
+    if table is not None:
+        return {name: s.hint for name, s in table().items()}
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+
+
+def _part_keys(cls: type) -> dict[str, dict[str, str]]:
+    """For :class:`~trainers.config.TrainConfig`: each part's table keys (flat names and field
+    names) and the flat name each stands for."""
+    table = getattr(cls, "settings_table", None)
+    if table is None:
+        return {}
+    parts: dict[str, dict[str, str]] = {f.name: {} for f in dataclasses.fields(cls)}
+    for name, s in table().items():
+        parts[s.part].setdefault(s.path[-1], name)
+        parts[s.part][name] = name
+    return parts
 
 
 def _parse(path: Path) -> Any:
@@ -82,14 +100,24 @@ def read_config_file(path: str | os.PathLike[str], cls: type) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise ConfigError(f"config file {path} must hold a table of settings, not {type(data).__name__}")
     fields = settable_fields(cls)
+    parts = _part_keys(cls)
     out: dict[str, Any] = {}
 
-    def take(key: str, value: Any, where: str) -> None:
+    def take(key: str, value: Any, where: str, part: str | None = None) -> None:
         name = str(key).replace("-", "_")
         if isinstance(value, Mapping) and not where and name != "env_config":
-            for k, v in value.items():  # a heading (``[model]`` and ``[data]`` too): its keys are fields
-                take(k, v, f"[{key}] ")
+            for k, v in value.items():  # a part's table, or a heading: its keys are settings
+                take(k, v, f"[{key}] ", name if name in parts else None)
             return
+        if part is not None:
+            if name not in parts[part]:
+                home = [p for p, keys in parts.items() if name in keys]
+                raise ConfigError(
+                    f"config file {path}: {where}{key!r} is not a setting of [{part}]"
+                    + (f"; it belongs in [{home[0]}]" if home else did_you_mean(name, parts[part]) or "")
+                    + " (or put it at the top level)"
+                )
+            name = parts[part][name]
         if name not in fields:
             raise ConfigError(
                 f"config file {path}: {where}{key!r} is not a setting of skyrl train."
@@ -174,7 +202,7 @@ def resolve_train_config(cls: type, files: Sequence[str | os.PathLike[str]], giv
     for f in files:
         merged.update(read_config_file(f, cls))
     merged.update(given)
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    defaults = cls().as_settings()
     saved = Path(merged.get("run_dir") or defaults["run_dir"]) / "config.json"
     if merged.get("resume", defaults["resume"]) and saved.exists():
         merged = {**read_config_file(saved, cls), **merged}
@@ -184,6 +212,9 @@ def resolve_train_config(cls: type, files: Sequence[str | os.PathLike[str]], giv
 def config_of_args(cls: type, args: Any) -> Any:
     """The config of parsed ``skyrl train`` arguments: their ``--config`` files (and, with
     ``--resume``, the run's saved config) under the flags given."""
-    from skyrl_gym.config import given_fields
-
-    return resolve_train_config(cls, getattr(args, "config_files", None) or [], given_fields(cls, args))
+    given = {}
+    for name in settable_fields(cls):
+        value = getattr(args, name, None)
+        if value is not None:
+            given[name] = tuple(value) if isinstance(value, list) else value
+    return resolve_train_config(cls, getattr(args, "config_files", None) or [], given)

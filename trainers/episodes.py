@@ -40,7 +40,7 @@ def train_on_episodes(
     pad_id: int,
 ) -> StepStats:
     """Collate every trajectory of every episode, give each the advantage of its episode
-    (estimator ``cfg.advantage`` over the episodes' rewards, grouped by ``group_id``), and run
+    (estimator ``cfg.algorithm.advantage`` over the episodes' rewards, grouped by ``group_id``), and run
     :func:`trainers.step.train_step`.
 
     Every trajectory of an episode must carry the episode's ``reward`` and ``group_id`` (episodes
@@ -64,7 +64,7 @@ def train_on_episodes(
     rows = training_rows(kept)
     batch = collate(rows.rows, pad_id=pad_id)
     adv_E = episode_advantages(
-        cfg.advantage,
+        cfg.algorithm.advantage,
         torch.tensor([ts[0].reward for ts in kept], dtype=torch.float32),
         torch.tensor([ts[0].group_id for ts in kept]),
     )

@@ -67,18 +67,19 @@ class EvalResult:
 def evaluate(
     policy: Any, cfg: TrainConfig, rows: Sequence[PromptItem], seed: int, dist: DistContext = SINGLE
 ) -> EvalResult:
-    """Held-out success: ``cfg.eval_samples`` episodes per row at the training temperature.
+    """Held-out success: ``cfg.data.eval_samples`` episodes per row at the training temperature.
 
     Data parallel: each rank plays its shard of the rows; every rank returns the whole result."""
     start = time.perf_counter()
     trajs = play(
         policy,
         rows,
-        cfg,
-        n_samples=cfg.eval_samples,
+        cfg.rollout,
+        cfg.data.env_config,
+        n_samples=cfg.data.eval_samples,
         seed=seed + 7919 * dist.rank,
         dist=dist,
-        progress=cfg.progress and dist.is_main,
+        progress=cfg.run.progress and dist.is_main,
         progress_every_s=30.0,
     )
     good = [t for t in trajs if not t.masked]

@@ -15,8 +15,6 @@ writes the adapter alone.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import shutil
 from pathlib import Path
@@ -57,7 +55,7 @@ def export_checkpoint(
     """Write the checkpoint of ``run_dir`` after ``step`` (newest by default) to ``out`` as a
     Hugging Face model directory (see the module docstring); returns ``out``."""
     from skyrl_agent.models import load_model_and_tokenizer
-    from trainers.config import TrainConfig
+    from trainers.config import saved_config
     from trainers.lora import apply_lora
 
     ckpt = checkpoint_dir(run_dir, step)
@@ -66,16 +64,16 @@ def export_checkpoint(
         if not overwrite:
             raise ConfigError(f"{out} exists and is not empty; pass --overwrite or choose another directory")
         shutil.rmtree(out)
-    saved = json.loads((Path(run_dir) / "config.json").read_text())
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    cfg = TrainConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in known})
-    model, tokenizer = load_model_and_tokenizer(cfg.model)
-    if cfg.lora_rank > 0:
-        model = apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, cfg.lora_dropout)
+    spec = saved_config(run_dir).model
+    model, tokenizer = load_model_and_tokenizer(spec.path)
+    if spec.lora_rank > 0:
+        model = apply_lora(
+            model, spec.lora_rank, spec.lora_alpha, spec.lora_target_modules, spec.lora_dropout
+        )
     load_weights(model, ckpt)
     model.eval()
     out.mkdir(parents=True, exist_ok=True)
-    if cfg.lora_rank > 0:
+    if spec.lora_rank > 0:
         adapter_dir = out / "adapter" if merge_lora else out
         model.save_pretrained(adapter_dir)
         tokenizer.save_pretrained(adapter_dir)

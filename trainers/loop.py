@@ -6,7 +6,7 @@
     learner = build_learner(cfg)                     # model, sampler, critic, optimizer, reference
     start = restore(run, learner, sampler)           # newest checkpoint, logs cut back to it
     baseline = evaluate(learner.eval_policy, ...)    # held-out success before training
-    for step in range(start + 1, cfg.steps + 1):
+    for step in range(start + 1, cfg.run.steps + 1):
         batch = rollout_step(policy, sampler, ...)   # prompts x group_size episodes, token in/out
         good, flat, trainable = select_trainable(batch)  # drop masked episodes, equal-reward groups
         _update(learner, trainable)                  # collate, advantages, train_step, sync sampler
@@ -79,18 +79,18 @@ class TrainResult:
 
 
 def train(cfg: TrainConfig) -> TrainResult:
-    """Run ``cfg`` to the end (or continue it with ``cfg.resume``); see the module docstring.
+    """Run ``cfg`` to the end (or continue it with ``cfg.run.resume``); see the module docstring.
 
     Under ``torchrun`` (``WORLD_SIZE > 1``) every process calls this; see
     :mod:`trainers.distributed`."""
     owns_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
-    dist = init_distributed(cfg.dist_backend, fsdp=cfg.fsdp)
+    dist = init_distributed(cfg.run.dist_backend, fsdp=cfg.run.fsdp)
     if not dist.enabled:
-        dist = dataclasses.replace(dist, single_device=resolve_device(cfg.device))
-    if cfg.bf16 is None:
+        dist = dataclasses.replace(dist, single_device=resolve_device(cfg.run.device))
+    if cfg.model.bf16 is None:
         from skyrl_agent.models import bf16_is_native
 
-        cfg = dataclasses.replace(cfg, bf16=bf16_is_native(dist.device))
+        cfg = cfg.replace(bf16=bf16_is_native(dist.device))
     try:
         result = _train(cfg, dist)
     except BaseException:
@@ -104,36 +104,36 @@ def train(cfg: TrainConfig) -> TrainResult:
 
 def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
     t0 = time.perf_counter()
-    say = functools.partial(_say, cfg.progress and dist.is_main)
+    say = functools.partial(_say, cfg.run.progress and dist.is_main)
     cfg = _supported_at_scale(cfg, dist)
-    if cfg.threads > 0:
-        torch.set_num_threads(cfg.threads)
-    import_modules(cfg.imports)  # on every rank: their envs are registered per process
-    items = load_items(cfg.env, "train", cfg.train_prompts, path=cfg.data, seed=cfg.seed)
+    if cfg.run.threads > 0:
+        torch.set_num_threads(cfg.run.threads)
+    import_modules(cfg.data.imports)  # on every rank: their envs are registered per process
+    items = load_items(cfg.data.env, "train", cfg.data.train_prompts, path=cfg.data.path, seed=cfg.run.seed)
     eval_items = (
-        load_items(cfg.env, "test", cfg.eval_prompts, path=cfg.eval_data, seed=cfg.seed)
-        if cfg.eval_prompts
+        load_items(cfg.data.env, "test", cfg.data.eval_prompts, path=cfg.data.eval_data, seed=cfg.run.seed)
+        if cfg.data.eval_prompts
         else []
     )
     check_env_ids([*items, *eval_items])  # before the run directory is written and the model loads
     run = open_run(cfg, dist)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.run.seed)
     ranks = (
         f", {dist.world_size} ranks ({dist.backend}{', FSDP2' if dist.fsdp else ''})" if dist.enabled else ""
     )
     # before the model loads, so that a missing field fails at once
-    strata = stratify_key(cfg.stratify_by, cfg.env, cfg.data)
-    sampler = PromptSampler(items, seed=cfg.seed, stratify_by=strata)
+    strata = stratify_key(cfg.data.stratify_by, cfg.data.env, cfg.data.path)
+    sampler = PromptSampler(items, seed=cfg.run.seed, stratify_by=strata)
     spread = f" (spread by {strata})" if strata else ""
     say(
-        f"[train] {cfg.env}: {len(items)} training prompts{spread}, {len(eval_items)} held-out{ranks}; "
-        f"loading {cfg.model}"
+        f"[train] {cfg.data.env}: {len(items)} training prompts{spread}, {len(eval_items)} held-out{ranks}; "
+        f"loading {cfg.model.path}"
     )
     learner = build_learner(cfg, dist)
     start_step, baseline = restore(run, learner, sampler, say)
     learner.sync_sampler()  # the sampler starts from the (possibly resumed) trained weights
     logger = (
-        MetricsLogger(run.path, trackers=open_trackers(cfg.report_to, run.path, dataclasses.asdict(cfg)))
+        MetricsLogger(run.path, trackers=open_trackers(cfg.run.report_to, run.path, cfg.as_settings()))
         if dist.is_main
         else None
     )
@@ -141,15 +141,15 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
     evaluate_now = functools.partial(_evaluate, learner, eval_items, logger, say)
     produce = functools.partial(rollout_step, learner.policy, sampler, cfg, dist)
 
-    if eval_items and cfg.eval_before and start_step == 0:
+    if eval_items and cfg.data.eval_before and start_step == 0:
         baseline = evaluate_now(0)
     rollouts = (
-        AsyncRollouts(produce, start_step + 1, cfg.steps, cfg.async_staleness).start()
-        if cfg.async_staleness > 0
+        AsyncRollouts(produce, start_step + 1, cfg.run.steps, cfg.run.async_staleness).start()
+        if cfg.run.async_staleness > 0
         else None
     )
     try:
-        for step in range(start_step + 1, cfg.steps + 1):
+        for step in range(start_step + 1, cfg.run.steps + 1):
             t_step = time.perf_counter()
             with PhasePeak() as rollout_mem:
                 rb = rollouts.get(step) if rollouts is not None else produce(step, step - 1)
@@ -158,21 +158,26 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
             if dist.is_main:
                 run.append_trajectories(step, rb.trajectories)
             shaped, shaping = shape_overlong(
-                rb.trajectories, cfg.max_context_tokens, cfg.overlong_buffer, cfg.overlong_penalty
+                rb.trajectories,
+                cfg.rollout.max_context_tokens,
+                cfg.algorithm.overlong_buffer,
+                cfg.algorithm.overlong_penalty,
             )
             good, flat, trainable = select_trainable(
-                shaped, cfg.skip_equal_reward_groups, by_turn(cfg.advantage)
+                shaped, cfg.algorithm.skips_flat_groups, by_turn(cfg.algorithm.advantage)
             )
             metrics = rollout_metrics(
                 rb, [t for t in rb.trajectories if not t.masked], flat, step=step, wait_s=wait_s
             )
             metrics.update(shaping)
-            no_loss = [is_truncated(t) for t in trainable] if cfg.overlong_filter else []
-            if cfg.overlong_filter:
+            no_loss = [is_truncated(t) for t in trainable] if cfg.algorithm.overlong_filter else []
+            if cfg.algorithm.overlong_filter:
                 metrics["overlong_filtered"] = sum(no_loss)
             with PhasePeak() as train_mem:
                 if trainable and not (no_loss and all(no_loss)):
-                    left_out = [t for t in good if t.group_id in flat] if _counts_flat_groups(cfg) else []
+                    left_out = (
+                        [t for t in good if t.group_id in flat] if cfg.algorithm.counts_flat_groups else []
+                    )
                     metrics.update(_update(learner, trainable, no_loss, left_out))
                 else:  # every group flat: no signal, no update (the schedule follows optimizer updates)
                     metrics["skipped_update"] = 1
@@ -183,14 +188,19 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
             if logger is not None:
                 logger.log(step, "train", metrics)
             say(_step_line(step, cfg, metrics, staleness=rollouts is not None))
-            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            if step % cfg.run.checkpoint_every == 0 or step == cfg.run.steps:
                 save(run, step, learner, sampler_state, baseline)
-            if eval_items and cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:
+            if (
+                eval_items
+                and cfg.data.eval_every
+                and step % cfg.data.eval_every == 0
+                and step != cfg.run.steps
+            ):
                 evaluate_now(step)
     finally:
         if rollouts is not None:
             rollouts.close()
-    final = evaluate_now(cfg.steps) if eval_items else None
+    final = evaluate_now(cfg.run.steps) if eval_items else None
     elapsed = time.perf_counter() - t0
     plot: Path | None = None
     if logger is not None:
@@ -200,7 +210,7 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
         _write_summary(run, cfg, dist, baseline, final, elapsed, plot)
     learner.close()
     return TrainResult(
-        run_dir=run.path, steps=cfg.steps, baseline=baseline, final=final, seconds=elapsed, plot=plot
+        run_dir=run.path, steps=cfg.run.steps, baseline=baseline, final=final, seconds=elapsed, plot=plot
     )
 
 
@@ -208,10 +218,10 @@ def _memory_metrics(learner: Learner, rollout_peak: int, train_peak: int) -> dic
     """Where the step's memory was (GB): the resident peak while it waited for its rollouts (in
     asynchronous mode the producer's, overlapping the previous update, are partly outside it)
     and during its update, the resident size once
-    the update's freed memory may be handed back (``TrainConfig.release_memory_above``), the
+    the update's freed memory may be handed back (``OptimizerConfig.release_memory_above``), the
     trained weights and their optimizer state, and the sampler's prefix store (the update's own
     figure, taken before it emptied the store, takes precedence: see :func:`_update`)."""
-    released = release_if_above(learner.cfg.release_memory_above)
+    released = release_if_above(learner.cfg.optimizer.release_memory_above)
     parts = state_bytes(learner.model, learner.optimizer)
     out = {
         "mem_rollout_peak_gb": rollout_peak / GB,
@@ -228,7 +238,7 @@ def _memory_metrics(learner: Learner, rollout_peak: int, train_peak: int) -> dic
 
 
 def _say(on: bool, msg: str) -> None:
-    """A progress line on stderr (rank 0, with ``cfg.progress``)."""
+    """A progress line on stderr (rank 0, with ``cfg.run.progress``)."""
     if on:
         print(msg, file=sys.stderr, flush=True)
 
@@ -237,26 +247,16 @@ def _supported_at_scale(cfg: TrainConfig, dist: DistContext) -> TrainConfig:
     """``cfg`` as this launch can run it: refuses (:class:`ConfigError`) what data parallelism
     and FSDP2 do not support yet; FSDP2 turns the fused head off (it reads the decoder and head
     weights directly, which FSDP2 gathers only inside forward)."""
-    if dist.enabled and cfg.async_staleness > 0:
+    if dist.enabled and cfg.run.async_staleness > 0:
         raise ConfigError(
             "asynchronous mode (--async-staleness > 0) does not run under torchrun yet: "
             "use one process, or --async-staleness 0 with several"
         )
     if dist.fsdp:
-        if cfg.advantage == "gae" or cfg.kl_coef > 0:
+        if cfg.algorithm.advantage == "gae" or cfg.algorithm.kl_coef > 0:
             raise ConfigError("FSDP2 runs support neither a critic (--advantage gae) nor --kl-coef > 0 yet")
-        cfg = dataclasses.replace(cfg, fused_head=False)
+        cfg = cfg.replace(fused_head=False)
     return cfg
-
-
-def _counts_flat_groups(cfg: TrainConfig) -> bool:
-    """Whether left-out equal-reward groups count in the loss's mean (``cfg.count_flat_groups``)."""
-    return (
-        cfg.count_flat_groups
-        and cfg.skip_equal_reward_groups
-        and not cfg.dynamic_sampling
-        and cfg.advantage != "gae"
-    )
 
 
 def kept_share(
@@ -265,7 +265,7 @@ def kept_share(
     """``batch``'s share of what the loss's mean counts (tokens for ``token_mean``, groups for
     ``prompt_mean``, sequences otherwise) when the ``left_out`` episodes count too: the factor
     that makes the mean over ``batch`` the mean over both, the left-out rows contributing zero
-    (:attr:`TrainConfig.count_flat_groups`)."""
+    (``group_filter="skip_counted"``)."""
     if not left_out:
         return 1.0
     mode = parse_choice(LossReduction, reduction)
@@ -291,7 +291,7 @@ def _update(
     still count in the loss's mean) scale the loss by :func:`kept_share`."""
     cfg, dist = learner.cfg, learner.dist
     # one row per episode, or several (each turn, or each stretch of a rewritten history)
-    rows = training_rows(trainable, cfg.step_wise)
+    rows = training_rows(trainable, cfg.algorithm.step_wise)
     per_step = not rows.whole
     batch = collate(rows.rows, pad_id=learner.policy.pad_token_id).to(dist.device)
     turn_stats: dict[str, float] = {}
@@ -300,45 +300,45 @@ def _update(
         batch.mask_BT[torch.tensor(silenced, device=batch.mask_BT.device)] = 0.0
     if per_step:  # every row gets its episode's advantage; each episode counts once
         adv_E = episode_advantages(
-            cfg.advantage,
+            cfg.algorithm.advantage,
             torch.tensor([t.reward for t in trainable]),
             torch.tensor([t.group_id for t in trainable]),
         ).to(batch.mask_BT.device)
         batch.advantages_BT = rows.broadcast(adv_E, batch.mask_BT)
-    elif by_turn(cfg.advantage):  # each turn its own advantage (trainers.turn_advantages)
+    elif by_turn(cfg.algorithm.advantage):  # each turn its own advantage (trainers.turn_advantages)
         batch.advantages_BT = turn_level_advantages(
-            cfg.advantage,
+            cfg.algorithm.advantage,
             trainable,
             batch.mask_BT,
-            gamma=cfg.gamma,
-            coef=cfg.turn_advantage_coef,
-            anchor=cfg.gigpo_anchor,
+            gamma=cfg.algorithm.gamma,
+            coef=cfg.algorithm.turn_advantage_coef,
+            anchor=cfg.algorithm.gigpo_anchor,
             stats=turn_stats,
         )
     else:
         if learner.critic is not None:
             batch.old_values_BT = score_values(
-                learner.model, learner.critic, batch, cfg.micro_batch_size, cfg.bf16
+                learner.model, learner.critic, batch, cfg.optimizer.micro_batch_size, cfg.model.bf16
             )
         adv = compute_advantages(
-            cfg.advantage,
+            cfg.algorithm.advantage,
             batch.mask_BT,
             rewards_B=batch.rewards_B,
             group_ids_B=batch.group_ids_B,
             token_rewards_BT=batch.token_rewards_BT,
             values_BT=batch.old_values_BT,
-            gamma=cfg.gamma,
-            lam=cfg.gae_lambda,
+            gamma=cfg.algorithm.gamma,
+            lam=cfg.algorithm.gae_lambda,
         )
         batch.advantages_BT = adv.advantages_BT
         batch.returns_BT = adv.returns_BT
-    batch.loss_weight = kept_share(cfg.reduction, batch, left_out or [], cfg.step_wise)
+    batch.loss_weight = kept_share(cfg.algorithm.reduction, batch, left_out or [], cfg.algorithm.step_wise)
     store_bytes = None
-    if cfg.async_staleness == 0 and hasattr(learner.policy, "drop_stale_kv"):
+    if cfg.run.async_staleness == 0 and hasattr(learner.policy, "drop_stale_kv"):
         store_bytes = learner.policy.drop_stale_kv()  # stale after this update: not held through its peak
     # The rollouts' freed memory (KV, buffers) sits in the sampler thread's heap arena, out of the
     # training thread's reach: without this the step's activations come on top of it.
-    release_if_above(cfg.release_memory_above)
+    release_if_above(cfg.optimizer.release_memory_above)
     stats = train_step(
         learner.model,
         learner.optimizer,
@@ -371,8 +371,8 @@ def _evaluate(
 ) -> EvalResult:
     """Held-out evaluation at ``step``, logged and printed."""
     cfg = learner.cfg
-    res = evaluate(learner.eval_policy, cfg, items, seed=cfg.seed + 1_000_003, dist=learner.dist)
-    release_if_above(cfg.release_memory_above)  # the episodes' buffers, before the next phase
+    res = evaluate(learner.eval_policy, cfg, items, seed=cfg.run.seed + 1_000_003, dist=learner.dist)
+    release_if_above(cfg.optimizer.release_memory_above)  # the episodes' buffers, before the next phase
     if logger is not None:
         logger.log(step, "eval", res.log_record())
     say(
@@ -385,9 +385,9 @@ def _evaluate(
 def _step_line(step: int, cfg: TrainConfig, m: dict[str, Any], *, staleness: bool) -> str:
     """The progress line of a training step."""
     return (
-        f"[train] step {step}/{cfg.steps}  reward {m['reward_mean']:.3f}  "
+        f"[train] step {step}/{cfg.run.steps}  reward {m['reward_mean']:.3f}  "
         f"success {m['success_rate']:.2f}  flat groups {m['flat_groups']}/{m['prompts_drawn']}  "
-        + (f"rounds {m['sampling_rounds']}  " if cfg.dynamic_sampling else "")
+        + (f"rounds {m['sampling_rounds']}  " if cfg.algorithm.group_filter == "dynamic" else "")
         + f"masked {m['masked']}  gen {m['gen_seconds']:.1f}s  "
         f"train {m.get('train_seconds', 0.0):.1f}s"
         + (f"  staleness {m['staleness']}" if staleness else "")
@@ -410,9 +410,9 @@ def _write_summary(
 ) -> None:
     """``summary.json``: what the run was and what it reached."""
     summary = {
-        "env": cfg.env,
-        "model": cfg.model,
-        "steps": cfg.steps,
+        "env": cfg.data.env,
+        "model": cfg.model.path,
+        "steps": cfg.run.steps,
         "world_size": dist.world_size,
         "baseline": baseline.as_dict() if baseline else None,
         "final": final.as_dict() if final else None,

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from skyrl_gym.errors import ConfigError
-from trainers.config import TrainConfig
+from trainers.config import ModelConfig, OptimizerConfig, TrainConfig
 from trainers.critic import ValueHead
 from trainers.distributed import DistContext, full_state_dict, shard_model_fsdp2
 from trainers.logprobs import token_logprobs
@@ -71,7 +71,7 @@ class Learner:
         if self.rollout_model is None:  # the engine sees the optimizer's steps itself
             return None
         start = time.perf_counter()
-        self.policy.update_weights(weights_for_sampler(self.cfg, self.model, self.dist))
+        self.policy.update_weights(weights_for_sampler(self.cfg.model, self.model, self.dist))
         return time.perf_counter() - start
 
     def close(self) -> None:
@@ -89,12 +89,18 @@ def build_model(cfg: TrainConfig, dist: DistContext) -> tuple[torch.nn.Module, A
     Data-parallel replicas start from rank 0's weights."""
     from skyrl_agent.models import load_model_and_tokenizer
 
-    model, tokenizer = load_model_and_tokenizer(cfg.model)
-    separate = dist.fsdp or cfg.async_staleness > 0 or (cfg.lora_rank > 0 and cfg.lora_merge)
+    model, tokenizer = load_model_and_tokenizer(cfg.model.path)
+    separate = dist.fsdp or cfg.run.async_staleness > 0 or (cfg.model.lora_rank > 0 and cfg.model.lora_merge)
     rollout_model = copy.deepcopy(model).eval().requires_grad_(False) if separate else None
-    if cfg.lora_rank > 0:
-        model = apply_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, cfg.lora_dropout)
-    if cfg.activation_checkpointing:
+    if cfg.model.lora_rank > 0:
+        model = apply_lora(
+            model,
+            cfg.model.lora_rank,
+            cfg.model.lora_alpha,
+            cfg.model.lora_target_modules,
+            cfg.model.lora_dropout,
+        )
+    if cfg.optimizer.activation_checkpointing:
         from trainers.checkpointing import enable_activation_checkpointing
 
         enable_activation_checkpointing(model)
@@ -109,10 +115,10 @@ def build_model(cfg: TrainConfig, dist: DistContext) -> tuple[torch.nn.Module, A
 
 
 def weights_for_sampler(
-    cfg: TrainConfig, model: torch.nn.Module, dist: DistContext
+    spec: ModelConfig, model: torch.nn.Module, dist: DistContext
 ) -> dict[str, torch.Tensor]:
     """What the separate sampler model needs after an update: merged LoRA layers, or every weight."""
-    if cfg.lora_rank > 0:
+    if spec.lora_rank > 0:
         return merged_weights(model)
     return full_state_dict(model, dist)
 
@@ -122,9 +128,9 @@ def reference_fn(cfg: TrainConfig, model: torch.nn.Module) -> ReferenceFn | None
 
     With LoRA the base model is the reference: the trained model with its adapters switched off.
     Otherwise a frozen copy of ``model`` as it is now."""
-    if cfg.kl_coef <= 0:
+    if cfg.algorithm.kl_coef <= 0:
         return None
-    if cfg.lora_rank > 0:
+    if cfg.model.lora_rank > 0:
 
         def with_adapters_off(
             ids: torch.Tensor, attn: torch.Tensor, prefix: int = 0, mask: torch.Tensor | None = None
@@ -134,10 +140,10 @@ def reference_fn(cfg: TrainConfig, model: torch.nn.Module) -> ReferenceFn | None
                     model,
                     ids,
                     attn,
-                    bf16=cfg.bf16,
+                    bf16=cfg.model.bf16,
                     prefix_len=prefix,
                     mask_BT=mask,
-                    fused_head=cfg.fused_head,
+                    fused_head=cfg.optimizer.fused_head,
                 )[0]
 
         return with_adapters_off
@@ -147,7 +153,13 @@ def reference_fn(cfg: TrainConfig, model: torch.nn.Module) -> ReferenceFn | None
         ids: torch.Tensor, attn: torch.Tensor, prefix: int = 0, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         return token_logprobs(
-            ref, ids, attn, bf16=cfg.bf16, prefix_len=prefix, mask_BT=mask, fused_head=cfg.fused_head
+            ref,
+            ids,
+            attn,
+            bf16=cfg.model.bf16,
+            prefix_len=prefix,
+            mask_BT=mask,
+            fused_head=cfg.optimizer.fused_head,
         )[0]
 
     return reference
@@ -157,14 +169,14 @@ def _sampler(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, dist: Dis
     """An ``HFPolicy`` over ``model``, seeded per rank, batching a whole step's episodes."""
     from skyrl_agent.policies.hf import EngineConfig, HFPolicy
 
-    rows = max(cfg.prompts_per_step * cfg.group_size, cfg.sampler_max_rows)
+    rows = max(cfg.run.prompts_per_step * cfg.rollout.n_samples, cfg.sampler.max_rows)
     return HFPolicy(
         model,
         tokenizer,
         max_batch_size=rows,
-        seed=cfg.seed + 7919 * dist.rank,
-        autocast_bf16=cfg.bf16,
-        engine=EngineConfig(max_rows=rows, cascade_min_tokens=cfg.sampler_cascade_min_tokens),
+        seed=cfg.run.seed + 7919 * dist.rank,
+        autocast_bf16=cfg.model.bf16,
+        engine=EngineConfig(max_rows=rows, cascade_min_tokens=cfg.sampler.cascade_min_tokens),
     )
 
 
@@ -185,9 +197,12 @@ def lr_factor(step: int, *, warmup: int, steps: int, schedule: str) -> float:
     raise ConfigError(f"unknown lr_schedule {schedule!r}; use constant, linear or cosine")
 
 
-def lr_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
-    """``cfg``'s warm-up and schedule over ``optimizer`` (stepped once per train step)."""
-    factor = functools.partial(lr_factor, warmup=cfg.warmup_steps, steps=cfg.steps, schedule=cfg.lr_schedule)
+def lr_scheduler(
+    optimizer: torch.optim.Optimizer, spec: OptimizerConfig, steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """``spec``'s warm-up and schedule over ``optimizer`` for a run of ``steps`` steps (stepped
+    once per train step that updates)."""
+    factor = functools.partial(lr_factor, warmup=spec.warmup_steps, steps=steps, schedule=spec.lr_schedule)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
@@ -199,17 +214,19 @@ def build_learner(cfg: TrainConfig, dist: DistContext) -> Learner:
     model, tokenizer, rollout_model = build_model(cfg, dist)
     sampled = rollout_model if rollout_model is not None else model
     policy = _sampler(cfg, sampled, tokenizer, dist)
-    eval_policy = _sampler(cfg, sampled, tokenizer, dist) if cfg.async_staleness > 0 else policy
+    eval_policy = _sampler(cfg, sampled, tokenizer, dist) if cfg.run.async_staleness > 0 else policy
     critic: ValueHead | None = None
-    if cfg.advantage == "gae":
+    if cfg.algorithm.advantage == "gae":
         critic = ValueHead(int(model.config.hidden_size)).to(dist.device)
         dist.broadcast_parameters(critic)
     params = [p for p in model.parameters() if p.requires_grad]
     if critic is not None:
         params += list(critic.parameters())
     # fused: one kernel over all tensors (on CPU about 0.13 s a step for 135M, against 0.9-1.6 s)
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
-    scheduler = lr_scheduler(optimizer, cfg)
+    optimizer = torch.optim.AdamW(
+        params, lr=cfg.optimizer.lr, weight_decay=cfg.optimizer.weight_decay, fused=True
+    )
+    scheduler = lr_scheduler(optimizer, cfg.optimizer, cfg.run.steps)
     return Learner(
         cfg=cfg,
         dist=dist,

@@ -11,7 +11,6 @@ writes; every rank takes part in the collectives.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,14 +56,14 @@ class RunFiles:
 
 
 def open_run(cfg: TrainConfig, dist: DistContext) -> RunFiles:
-    """Create ``cfg.run_dir``, find the checkpoint to resume from, record ``config.json``.
+    """Create ``cfg.run.run_dir``, find the checkpoint to resume from, record ``config.json``.
 
-    Refuses (:class:`ConfigError`) a run directory that has checkpoints when ``cfg.resume`` is
+    Refuses (:class:`ConfigError`) a run directory that has checkpoints when ``cfg.run.resume`` is
     off, and resuming under FSDP2 (its checkpoints hold full weights only)."""
-    run_dir = Path(cfg.run_dir)
+    run_dir = Path(cfg.run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = latest_checkpoint(run_dir) if cfg.resume else None
-    if not cfg.resume and (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
+    ckpt = latest_checkpoint(run_dir) if cfg.run.resume else None
+    if not cfg.run.resume and (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
         raise ConfigError(
             f"{run_dir} already has checkpoints: pass --resume to continue, or use another --run-dir"
         )
@@ -72,7 +71,7 @@ def open_run(cfg: TrainConfig, dist: DistContext) -> RunFiles:
         raise ConfigError("--resume is not supported with FSDP2 yet (checkpoints hold full weights only)")
     dist.barrier()  # every rank has looked at run_dir before rank 0 writes to it
     if dist.is_main:
-        (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+        (run_dir / "config.json").write_text(json.dumps(cfg.as_tables(), indent=2))
     return RunFiles(run_dir, ckpt)
 
 
@@ -84,7 +83,7 @@ def restore(
     whose logs start empty."""
     cfg, dist = learner.cfg, learner.dist
     if run.checkpoint is None:
-        if cfg.resume:
+        if cfg.run.resume:
             say(f"[train] --resume: no checkpoint in {run.path}, starting from step 0")
             if dist.is_main:
                 truncate_jsonl(run.metrics, 0)
@@ -133,7 +132,7 @@ def save(
         optimizer=learner.optimizer,
         scheduler=learner.scheduler,
         state=state,
-        keep=cfg.keep_checkpoints,
+        keep=cfg.run.keep_checkpoints,
         critic=learner.critic,
         model_state=model_state,
         optimizer_state={} if dist.fsdp else None,

@@ -1,7 +1,7 @@
 """The rollouts of a run: a step's groups of episodes, which of them train, and what they report.
 
 :func:`play` runs tasks through :class:`skyrl_agent.engine.RolloutEngine` with the run's budgets
-and sampling (:func:`rollout_config`); under ``torchrun`` each rank plays its contiguous shard
+and sampling (the run's :class:`~skyrl_agent.types.RolloutConfig`); under ``torchrun`` each rank plays its contiguous shard
 and every rank gets every episode back. :func:`rollout_step` draws a step's prompts from the
 resumable :class:`~trainers.data.PromptSampler` and plays ``group_size`` samples of each (the
 ``produce`` of :class:`~trainers.async_rollouts.AsyncRollouts`). :func:`select_trainable` drops
@@ -11,6 +11,7 @@ masked episodes (infrastructure failures, never scored) and groups whose rewards
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter, defaultdict
@@ -21,16 +22,15 @@ from skyrl_agent.engine import RolloutEngine
 from skyrl_agent.evaluation import episode_success
 from skyrl_agent.failures import count_failures, failure_key, fix_hint
 from skyrl_agent.tasks import with_env_config
-from skyrl_agent.types import PromptItem, RolloutConfig, SamplingParams, Trajectory
+from skyrl_agent.types import PromptItem, RolloutConfig, Trajectory
 from skyrl_gym.errors import EpisodesFailedError
 from trainers.async_rollouts import RolloutBatch
-from trainers.config import TrainConfig, parse_env_config
+from trainers.config import AlgorithmConfig, TrainConfig, parse_env_config
 from trainers.data import PromptSampler
 from trainers.distributed import SINGLE, DistContext
 from trainers.shaping import shape_overlong
 
 __all__ = [
-    "rollout_config",
     "play",
     "rollout_step",
     "select_trainable",
@@ -39,29 +39,11 @@ __all__ = [
 ]
 
 
-def rollout_config(cfg: TrainConfig, n_samples: int, seed: int) -> RolloutConfig:
-    """The runtime budgets and sampling of a training or evaluation rollout."""
-    return RolloutConfig(
-        max_turns=cfg.max_turns,
-        max_tokens_per_turn=cfg.max_tokens_per_turn,
-        max_context_tokens=cfg.max_context_tokens,
-        observation_style=cfg.observation_style,
-        context_strategy=cfg.context_strategy,
-        keep_observations=cfg.keep_observations,
-        sampling=SamplingParams(
-            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens_per_turn, stop=cfg.stop
-        ),
-        n_samples=n_samples,
-        concurrency=cfg.concurrency,
-        seed=seed,
-        keep_messages=True,
-    )
-
-
 def play(
     policy: Any,
     items: Sequence[PromptItem],
-    cfg: TrainConfig,
+    rollout: RolloutConfig,
+    env_config: Sequence[str] = (),
     *,
     n_samples: int,
     seed: int,
@@ -69,16 +51,16 @@ def play(
     progress: bool = False,
     progress_every_s: float = 5.0,
 ) -> list[Trajectory]:
-    """``n_samples`` episodes of each item (with the run's ``env_config``), every rank's.
+    """``n_samples`` episodes of each item, played with the run's ``rollout`` config (its
+    ``n_samples`` and ``seed`` replaced by these) and its ``env_config`` items, every rank's.
 
     Data parallel: this rank plays its contiguous shard of ``items`` with its own ``seed``; group
     ids count over the whole list, so they are the same on every rank."""
     mine = dist.shard(len(items))
-    engine = RolloutEngine(
-        policy, rollout_config(cfg, n_samples, seed), progress=progress, progress_every_s=progress_every_s
-    )
+    config = dataclasses.replace(rollout, n_samples=n_samples, seed=seed)
+    engine = RolloutEngine(policy, config, progress=progress, progress_every_s=progress_every_s)
     own = (
-        engine.run_sync(with_env_config(items[mine], parse_env_config(cfg.env_config))).trajectories
+        engine.run_sync(with_env_config(items[mine], parse_env_config(env_config))).trajectories
         if items[mine]
         else []
     )
@@ -120,32 +102,43 @@ def rollout_step(
     """One step's rollouts: ``prompts_per_step`` prompts from ``sampler``, ``group_size`` samples
     each, sampled by ``policy`` at trainer version ``version`` (steps finished).
 
-    With ``cfg.dynamic_sampling`` (DAPO), rounds of new prompts follow while fewer than
+    With ``group_filter="dynamic"`` (DAPO), rounds of new prompts follow while fewer than
     ``prompts_per_step`` groups are informative (rewards not all equal, after overlong shaping),
-    up to ``cfg.max_sampling_rounds`` rounds: each round draws the missing number of prompts
+    up to ``max_sampling_rounds`` rounds: each round draws the missing number of prompts
     divided by the informative rate seen so far (at most ``2 * prompts_per_step``). Informative
     groups beyond ``prompts_per_step`` are dropped, so the update has exactly a full batch; the
     equal-reward groups stay in the batch (logged, counted in ``flat_groups``, not trained)."""
     t_gen = time.perf_counter()
-    need = cfg.prompts_per_step
+    need = cfg.run.prompts_per_step
+    dynamic = cfg.algorithm.group_filter == "dynamic"
     trajs: list[Trajectory] = []
     drawn, rounds, informative = 0, 0, 0
     while True:
         k = need if rounds == 0 else _next_round_size(need - informative, informative, drawn, need)
         batch_items = sampler.next(k)
-        seed = cfg.seed * 100_003 + step + 1_000_003 * dist.rank + 7_919 * rounds
-        new = play(policy, batch_items, cfg, n_samples=cfg.group_size, seed=seed, dist=dist)
+        seed = cfg.run.seed * 100_003 + step + 1_000_003 * dist.rank + 7_919 * rounds
+        new = play(
+            policy,
+            batch_items,
+            cfg.rollout,
+            cfg.data.env_config,
+            n_samples=cfg.rollout.n_samples,
+            seed=seed,
+            dist=dist,
+        )
         for t in new:  # group ids unique over the step's rounds
             t.group_id += drawn
         trajs += new
         drawn, rounds = drawn + k, rounds + 1
-        if not cfg.dynamic_sampling:
+        if not dynamic:
             break
-        informative = len(_informative_groups(trajs, cfg))
-        if informative >= need or rounds >= cfg.max_sampling_rounds:
+        informative = len(_informative_groups(trajs, cfg.algorithm, cfg.rollout.max_context_tokens))
+        if informative >= need or rounds >= cfg.algorithm.max_sampling_rounds:
             break
-    if cfg.dynamic_sampling and informative > need:  # exactly a full batch of informative groups
-        surplus = set(sorted(_informative_groups(trajs, cfg))[need:])
+    if dynamic and informative > need:  # exactly a full batch of informative groups
+        surplus = set(
+            sorted(_informative_groups(trajs, cfg.algorithm, cfg.rollout.max_context_tokens))[need:]
+        )
         trajs = [t for t in trajs if t.group_id not in surplus]
     position = sampler.state_dict()
     return RolloutBatch(
@@ -166,11 +159,15 @@ def _next_round_size(missing: int, informative: int, drawn: int, need: int) -> i
     return max(missing, min(want, 2 * need))
 
 
-def _informative_groups(trajs: Sequence[Trajectory], cfg: TrainConfig) -> set[int]:
+def _informative_groups(
+    trajs: Sequence[Trajectory], algorithm: AlgorithmConfig, max_context_tokens: int
+) -> set[int]:
     """Ids of the groups that would train: not all masked, rewards (as shaped) not all equal."""
-    shaped, _ = shape_overlong(trajs, cfg.max_context_tokens, cfg.overlong_buffer, cfg.overlong_penalty)
+    shaped, _ = shape_overlong(
+        trajs, max_context_tokens, algorithm.overlong_buffer, algorithm.overlong_penalty
+    )
     good = [t for t in shaped if not t.masked]
-    return {t.group_id for t in good} - _equal_reward_groups(good, by_turn(cfg.advantage))
+    return {t.group_id for t in good} - _equal_reward_groups(good, by_turn(algorithm.advantage))
 
 
 def by_turn(advantage: str) -> bool:

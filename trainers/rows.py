@@ -11,7 +11,7 @@ group's baseline however many rows it has.
 
 ::
 
-    rows = training_rows(episodes, step_wise=cfg.step_wise)
+    rows = training_rows(episodes, step_wise=cfg.algorithm.step_wise)
     batch = collate(rows.rows, pad_id=pad_id)
     batch.advantages_BT = rows.broadcast(episode_advantages(...), batch.mask_BT)
 

@@ -194,16 +194,16 @@ def _micro_batch_loss(
         sub.attention_mask_BT,
         mask_BT=sub.mask_BT,  # the LM head runs only where a trained token is predicted
         with_entropy=True,  # logged always; carries a gradient only for an entropy bonus
-        entropy_grad=cfg.entropy_coef > 0,
-        bf16=cfg.bf16,
+        entropy_grad=cfg.algorithm.entropy_coef > 0,
+        bf16=cfg.model.bf16,
         prefix_len=prefix,
         value_head=critic,
-        fused_head=cfg.fused_head,
+        fused_head=cfg.optimizer.fused_head,
     )
     logprobs_BT, entropy_BT = out.logprobs_BT, out.entropy_BT
     old_BT = sub.old_logprobs_BT if sub.old_logprobs_BT is not None else logprobs_BT.detach()
     loss, pstats = policy_loss(
-        cfg.loss,
+        cfg.algorithm.loss,
         logprobs_BT,
         old_BT,
         sub.advantages_BT,
@@ -221,9 +221,9 @@ def _micro_batch_loss(
         kl_term, kstats = kl_loss(logprobs_BT, ref_BT, sub.mask_BT, kcfg, pcfg.reduction, weights_B=weights_B)
         loss = loss + kl_term
     ent_term, estats = entropy_bonus_loss(
-        entropy_BT, sub.mask_BT, cfg.entropy_coef, pcfg.reduction, weights_B=weights_B
+        entropy_BT, sub.mask_BT, cfg.algorithm.entropy_coef, pcfg.reduction, weights_B=weights_B
     )
-    if cfg.entropy_coef > 0:
+    if cfg.algorithm.entropy_coef > 0:
         loss = loss + ent_term
     vstats = None
     if critic is not None:
@@ -233,11 +233,11 @@ def _micro_batch_loss(
             sub.old_values_BT,
             sub.returns_BT,
             sub.mask_BT,
-            clip_eps=cfg.value_clip,
+            clip_eps=cfg.algorithm.value_clip,
             reduction=pcfg.reduction,
             weights_B=weights_B,
         )
-        loss = loss + cfg.value_coef * v_term
+        loss = loss + cfg.algorithm.value_coef * v_term
     return loss, _MicroBatchStats(pstats, kstats, estats, vstats)
 
 
@@ -341,14 +341,14 @@ def train_step(
     dist: DistContext = SINGLE,
     critic: torch.nn.Module | None = None,
 ) -> StepStats:
-    """Run ``cfg.updates_per_step`` optimizer updates on ``batch`` (advantages already set).
+    """Run ``cfg.optimizer.updates_per_step`` optimizer updates on ``batch`` (advantages already set).
 
     ``ref_logprobs_fn(input_ids_BT, attention_mask_BT, prefix_len, mask_BT) -> logprobs_BT``
-    gives the reference model's logprobs (needed when ``cfg.kl_coef > 0``).
+    gives the reference model's logprobs (needed when ``cfg.algorithm.kl_coef > 0``).
 
     ``critic`` (a :class:`trainers.critic.ValueHead`, with ``advantage="gae"``): its clipped value
     loss against ``batch.returns_BT`` (:func:`trainers.losses.value_loss`), times
-    ``cfg.value_coef``, joins the loss; the optimizer must hold its parameters too.
+    ``cfg.algorithm.value_coef``, joins the loss; the optimizer must hold its parameters too.
 
     Data parallel (``dist.world_size > 1``): every rank passes the same whole ``batch`` and
     trains on its contiguous shard of the sequences; each micro-batch's loss is scaled by its
@@ -375,17 +375,19 @@ def train_step(
     loss_scale = float(dist.world_size) if dist.fsdp else 1.0
     filler = batch.select(slice(0, 1))  # FSDP2's dummy passes run on it, with weight 0
     # one split for the old logprobs and every update (with FSDP2 it also takes an all-gather)
-    slices = _lockstep_micro_batches(local, cfg.micro_batch_size, cfg.micro_batch_tokens, dist)
-    if cfg.updates_per_step > 1 and local.old_logprobs_BT is None and (B_local or dist.fsdp):
+    slices = _lockstep_micro_batches(
+        local, cfg.optimizer.micro_batch_size, cfg.optimizer.micro_batch_tokens, dist
+    )
+    if cfg.optimizer.updates_per_step > 1 and local.old_logprobs_BT is None and (B_local or dist.fsdp):
         local.old_logprobs_BT = old_logprobs(
             model,
             local,
-            cfg.micro_batch_size,
-            cfg.bf16,
-            cfg.fused_head,
+            cfg.optimizer.micro_batch_size,
+            cfg.model.bf16,
+            cfg.optimizer.fused_head,
             dist=dist,
             filler=filler,
-            micro_batch_tokens=cfg.micro_batch_tokens,
+            micro_batch_tokens=cfg.optimizer.micro_batch_tokens,
             slices=slices,
         )
     sums = dict.fromkeys(_stat_keys(pcfg.truncated_is, critic is not None), 0.0)
@@ -395,7 +397,7 @@ def train_step(
     params = [p for p in model.parameters() if p.requires_grad]
     if critic is not None:
         params += [p for p in critic.parameters() if p.requires_grad]
-    for _ in range(cfg.updates_per_step):
+    for _ in range(cfg.optimizer.updates_per_step):
         optimizer.zero_grad(set_to_none=True)
         for sl in slices:
             sub = filler if sl is None else local.select(sl)
@@ -416,7 +418,7 @@ def train_step(
                     sums[key] += value
             ratio_max = max(ratio_max, mstats.policy.ratio_max)
             (loss * (share * loss_scale)).backward()
-        grad_norm = _apply_update(optimizer, params, cfg.grad_clip, dist)
+        grad_norm = _apply_update(optimizer, params, cfg.optimizer.grad_clip, dist)
     if scheduler is not None:
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
@@ -428,7 +430,7 @@ def train_step(
     return _step_stats(
         sums,
         ratio_max=ratio_max,
-        updates=cfg.updates_per_step,
+        updates=cfg.optimizer.updates_per_step,
         num_tokens=batch.num_tokens,
         num_sequences=B,
         grad_norm=grad_norm,

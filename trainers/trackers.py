@@ -1,4 +1,4 @@
-"""Experiment trackers a run reports to (``TrainConfig.report_to``), beside ``metrics.jsonl``.
+"""Experiment trackers a run reports to (``RunConfig.report_to``), beside ``metrics.jsonl``.
 
 - ``tensorboard``: event files in ``<run_dir>/tensorboard`` (``torch.utils.tensorboard``).
 - ``wandb``: a Weights & Biases run (the ``wandb`` extra) with the config, every metric as

@@ -30,8 +30,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv[:cut])
 
-    import dataclasses
-
     from trainers.config import config_from_flags
     from trainers.data import load_items
     from trainers.distributed import SINGLE
@@ -39,22 +37,22 @@ def main(argv: list[str] | None = None) -> int:
     from trainers.models import build_learner
 
     cfg = config_from_flags(argv[cut + 1 :])
-    cfg = dataclasses.replace(cfg, eval_samples=args.samples, progress=False)
-    if cfg.bf16 is None:
+    cfg = cfg.replace(eval_samples=args.samples, progress=False)
+    if cfg.model.bf16 is None:
         from skyrl_agent.models import bf16_is_native
 
-        cfg = dataclasses.replace(cfg, bf16=bf16_is_native("cpu"))
-    items = load_items(cfg.env, "train", args.rows, path=cfg.data, seed=cfg.seed)
+        cfg = cfg.replace(bf16=bf16_is_native("cpu"))
+    items = load_items(cfg.data.env, "train", args.rows, path=cfg.data.path, seed=cfg.run.seed)
     learner = build_learner(cfg, SINGLE)
     t0 = time.perf_counter()
     res = evaluate(learner.eval_policy, cfg, items, seed=args.seed)
     out = {
-        "env": cfg.env,
-        "env_config": list(cfg.env_config),
+        "env": cfg.data.env,
+        "env_config": list(cfg.data.env_config),
         "split": "train",
         "rows": len(items),
         "samples": args.samples,
-        "temperature": cfg.temperature,
+        "temperature": cfg.rollout.sampling.temperature,
         "success": round(res.success, 4),
         "success_se": round(res.success_se, 4),
         "turns_mean": round(res.turns_mean, 3),

@@ -19,6 +19,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from trainers.config import saved_settings
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results" / "multiturn"
 PAGE = ROOT / "docs" / "multiturn-comparison.md"
@@ -46,7 +48,7 @@ def collect(run_dir: Path, name: str) -> Path:
 
 def _run_row(folder: Path) -> dict:
     summary = json.loads((folder / "summary.json").read_text())
-    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else {}
+    config = saved_settings(folder)  # either layout of config.json, as flat settings
     before, after = summary["baseline"], summary["final"]
     metric = PER_TURN.get(summary["env"], "")
     se = math.hypot(before["success_se"], after["success_se"])

@@ -20,7 +20,6 @@ passage the agent was shown), searches and turns per episode.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -59,17 +58,19 @@ def main(argv: list[str] | None = None) -> dict:
     if args.run_dir:
         flags += ["--run-dir", args.run_dir]
     cfg = config_from_flags(flags)
-    run_dir = Path(cfg.run_dir)
+    run_dir = Path(cfg.run.run_dir)
     if args.smoke:
         from skyrl_agent.models import tiny_random_model
 
         model, tok = tiny_random_model(hidden_size=32, num_layers=1)
         model.save_pretrained(run_dir / "tiny-model")
         tok.save_pretrained(run_dir / "tiny-model")
-        cfg = dataclasses.replace(cfg, model=str(run_dir / "tiny-model"))
+        cfg = cfg.replace(model=str(run_dir / "tiny-model"))
     t0 = time.perf_counter()
-    train_file, eval_file = cpu_data.write_task(run_dir / "data", seed=cfg.seed, max_turns=cfg.max_turns)
-    cfg = dataclasses.replace(cfg, data=str(train_file), eval_data=str(eval_file))
+    train_file, eval_file = cpu_data.write_task(
+        run_dir / "data", seed=cfg.run.seed, max_turns=cfg.rollout.max_turns
+    )
+    cfg = cfg.replace(data=str(train_file), eval_data=str(eval_file))
     print(f"[search] task in {run_dir / 'data'}: {sum(1 for _ in open(train_file))} training and "
           f"{sum(1 for _ in open(eval_file))} held-out questions", file=sys.stderr)  # fmt: skip
 
@@ -89,7 +90,9 @@ def main(argv: list[str] | None = None) -> dict:
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     b, f = result.baseline, result.final
     if isinstance(b, EvalResult) and isinstance(f, EvalResult):
-        print(f"\nHeld-out success ({cfg.eval_samples} samples per question, temperature {cfg.temperature}):")
+        print(
+            f"\nHeld-out success ({cfg.data.eval_samples} samples per question, temperature {cfg.rollout.sampling.temperature}):"
+        )
         print(f"  before {b.success:.3f} +/- {b.success_se:.3f}   after {f.success:.3f} +/- {f.success_se:.3f}   "
               f"gain {f.success - b.success:+.3f} ({gain_in_se(b, f):.1f} standard errors)")  # fmt: skip
         for kind, rate in summary["per_kind"]["before"].items():

@@ -69,22 +69,22 @@ def main(argv: list[str] | None = None) -> dict:
     if args.run_dir:
         flags += ["--run-dir", args.run_dir]
     cfg = recipe.train_config(flags)
-    run_dir = Path(cfg.run_dir)
+    run_dir = Path(cfg.run.run_dir)
     if args.smoke:
         from skyrl_agent.models import tiny_random_model
 
         model, tok = tiny_random_model(hidden_size=32, num_layers=1)
         model.save_pretrained(run_dir / "tiny-model")
         tok.save_pretrained(run_dir / "tiny-model")
-        cfg = dataclasses.replace(cfg, model=str(run_dir / "tiny-model"))
+        cfg = cfg.replace(model=str(run_dir / "tiny-model"))
     t0 = time.perf_counter()
     data_dir = run_dir / "data"
-    train_file, eval_file = cpu_data.write_task(data_dir, max_turns=cfg.max_turns, seed=cfg.seed)
+    train_file, eval_file = cpu_data.write_task(data_dir, max_turns=cfg.rollout.max_turns, seed=cfg.run.seed)
     cfg = dataclasses.replace(
         cfg,
         data=str(train_file),
         eval_data=str(eval_file),
-        env_config=(*cfg.env_config, f"text2sql.db_path={data_dir.resolve()}"),
+        env_config=(*cfg.data.env_config, f"text2sql.db_path={data_dir.resolve()}"),
     )
     print(f"[sql] task in {data_dir}: {sum(1 for _ in open(train_file))} training and "
           f"{sum(1 for _ in open(eval_file))} held-out questions", file=sys.stderr)  # fmt: skip
@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> dict:
     if b is not None and f is not None:
         from trainers.evaluation import gain_in_se
 
-        print(f"\nHeld-out success ({cfg.eval_samples} samples per question, temperature {cfg.temperature}):")
+        print(
+            f"\nHeld-out success ({cfg.data.eval_samples} samples per question, temperature {cfg.rollout.sampling.temperature}):"
+        )
         print(f"  before {b.success:.3f} +/- {b.success_se:.3f}   after {f.success:.3f} +/- {f.success_se:.3f}   "
               f"gain {f.success - b.success:+.3f} ({gain_in_se(b, f):.1f} standard errors)")  # fmt: skip
         for shape in shapes.get("before", {}):

@@ -56,7 +56,6 @@ def prepare_run(cfg: Any, dataset: str | None = None, db_path: str | None = None
     training questions) written to ``<run_dir>/train_rows.jsonl`` with the episode's
     ``max_turns`` (so the env ends an episode, and gives its final reward, when the trainer's
     turn budget does), and with ``db_path`` an env id whose databases are found there."""
-    import dataclasses
 
     import skyrl_gym
 
@@ -68,16 +67,17 @@ def prepare_run(cfg: Any, dataset: str | None = None, db_path: str | None = None
         from skyrl_gym.envs.sql import load_bundled_rows
 
         rows = [
-            dict(r, id=r["extra_info"]["id"]) for r in load_bundled_rows("train", max_turns=cfg.max_turns)
+            dict(r, id=r["extra_info"]["id"])
+            for r in load_bundled_rows("train", max_turns=cfg.rollout.max_turns)
         ]
-    rows = rows[: cfg.train_prompts or None]
-    run_dir = Path(cfg.run_dir)
+    rows = rows[: cfg.data.train_prompts or None]
+    run_dir = Path(cfg.run.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     data = run_dir / "train_rows.jsonl"
     with open(data, "w", encoding="utf-8") as fh:
         for row in rows:
-            fh.write(json.dumps({**row, "max_turns": cfg.max_turns}, default=str) + "\n")
-    env = cfg.env
+            fh.write(json.dumps({**row, "max_turns": cfg.rollout.max_turns}, default=str) + "\n")
+    env = cfg.data.env
     if db_path is not None:
         from skyrl_gym.envs.sql import Text2SQLEnv
 
@@ -89,7 +89,7 @@ def prepare_run(cfg: Any, dataset: str | None = None, db_path: str | None = None
         if env in {s.id for s in skyrl_gym.list_envs()}:
             skyrl_gym.deregister(env)
         skyrl_gym.register(env, make_env)
-    return dataclasses.replace(cfg, env=env, data=str(data), train_prompts=0)
+    return cfg.replace(env=env, data=str(data), train_prompts=0)
 
 
 # ----------------------------------------------------------------------------- data

@@ -14,7 +14,6 @@ the files go. ``--dry-run`` stops after the checks and prints the configuration.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 
@@ -43,11 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     except SkyRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    rows = sum(1 for _ in open(cfg.data, encoding="utf-8"))
-    print(f"[sql] {rows} training rows in {cfg.data}; env {cfg.env}; model {cfg.model}")
+    rows = sum(1 for _ in open(cfg.data.path, encoding="utf-8"))
+    print(f"[sql] {rows} training rows in {cfg.data.path}; env {cfg.data.env}; model {cfg.model.path}")
     if args.dry_run:
-        for f in dataclasses.fields(cfg):
-            print(f"  {f.name:24s} {getattr(cfg, f.name)!r}")
+        for name, value in cfg.as_settings().items():
+            print(f"  {name:24s} {value!r}")
         return 0
     from trainers.loop import train
 

@@ -8,7 +8,13 @@ number inside) or with a number outside the range is an error observation that u
 episode ends at the right guess or when the budget (``max_turns``) is spent (reward 0).
 With ``env_config`` ``feedback=interval`` each answer also restates what the feedback so far
 leaves, ``higher: the number is more than 72, so it is from 73 to 88. Guesses left: 5.`` (the
-same game; the model no longer has to carry both bounds across turns itself). With
+same game; the model no longer has to carry both bounds across turns itself). ``middle=question``
+names the middle of the range in the question, ``Find the number from 57 to 88 (middle: 72).``
+(the first bisection guess is then a copy); ``middle=always`` (with ``feedback=interval``) also
+names the middle of the range left in every answer, ``..., so it is from 73 to 88 (middle:
+80).``, so bisecting is copying the middle the last observation names (kvchain's skill: no guess
+after the first can be written without reading the answer before it). A policy that ignores the
+feedback still wins at most ``budget / size`` either way. With
 ``guess_reward`` > 0 each wrong guess that is consistent with all the feedback so far also earns
 that much on its turn (a per-turn reward for MT-GRPO; off by default), so a success is worth at
 most ``1 + (budget - 1) * guess_reward``. ``guess_reward_by=split`` pays instead for what the
@@ -31,7 +37,8 @@ every bound the feedback so far allows (a repeated wrong guess, an out-of-range 
 without a guess is not), ``guess`` (None without one), ``feedback`` (``higher``, ``lower``,
 ``correct`` or None) and ``error`` on a mistake. ``get_metrics()``: ``success``, ``guesses``
 (readable in-range guesses), ``consistent_guesses``, ``consistent_fraction`` (consistent
-guesses over turns taken), ``turns``, ``budget``, ``size`` and ``depth``.
+guesses over turns taken), ``middle_guesses`` (guesses at the middle of the range the feedback
+left, ``(low + high) // 2``: the bisection move), ``turns``, ``budget``, ``size`` and ``depth``.
 
 Splits: a row is drawn from ``random.Random(f"skyrl-bisect-{split}-{seed}-{i}")``: the range's
 low end uniformly among the numbers from 1 to ``max_start`` (100) whose range
@@ -44,8 +51,10 @@ stratify field) is the number of guesses the midpoint bisection takes for its ta
 example episodes in the prompt, 0 to 3; when set the env writes the prompt itself: the system
 prompt, that many examples, the question; unset: the row's prompt, which for bundled rows has
 1), ``guess_reward`` (0.0: the per-turn reward of a consistent wrong guess), ``guess_reward_by``
-(``consistent``, the default, or ``split``: see above), ``feedback`` (``plain``, the default, or ``interval``: the answers restate the range left,
-and the worked examples, written by the env then, show the same answers), ``budget`` (the number of turns, the row's ``budget``: ``ceil(log2(size + 1))``), and the
+(``consistent``, the default, or ``split``: see above), ``feedback`` (``plain``, the default,
+or ``interval``: the answers restate the range left; the worked examples, written by the env
+then, show the same answers), ``middle`` (``none``, the default, ``question`` or ``always``: see
+above; the worked examples show the same), ``budget`` (the number of turns, the row's ``budget``: ``ceil(log2(size + 1))``), and the
 difficulty: ``size`` (numbers in a range, 32) and ``max_start`` (100). Setting either makes the
 env draw its range and target anew from the row's ``seed`` and ``split`` (deterministic, still
 in the row's split). Whenever the range or budget changes, the env rewrites the question.
@@ -88,6 +97,7 @@ SYSTEM_PROMPT = (
     "(the number is less than your guess) or correct. Find the number within the allowed guesses."
 )
 _QUESTION = "Find the number from {lo} to {hi}. You have {budget} guesses."
+_MIDDLE_QUESTION = "Find the number from {lo} to {hi} (middle: {mid}). You have {budget} guesses."
 # The worked example episodes (lo, hi, target) of the bundled size, played by midpoint bisection
 # with budget 6; other sizes and budgets scale them (_example_games).
 _EXAMPLES = ((1, 32, 21), (40, 71, 66), (75, 106, 80))
@@ -115,14 +125,27 @@ def bisection_guesses(lo: int, hi: int, target: int) -> list[int]:
 
 FEEDBACK = ("plain", "interval")
 """The answer styles: ``plain`` (higher/lower) and ``interval`` (also the range the feedback leaves)."""
+MIDDLE = ("none", "question", "always")
+"""Where the middle of the range left is named: nowhere, in the question, or in every answer too."""
 
 
-def _feedback(guess: int, target: int, left: int, interval: tuple[int, int] | None = None) -> str:
-    """The answer to a wrong in-range guess; ``interval``: the range left after it, restated."""
+def _question(lo: int, hi: int, budget: int, middle: str = "none") -> str:
+    if middle != "none":
+        return _MIDDLE_QUESTION.format(lo=lo, hi=hi, mid=(lo + hi) // 2, budget=budget)
+    return _QUESTION.format(lo=lo, hi=hi, budget=budget)
+
+
+def _feedback(
+    guess: int, target: int, left: int, interval: tuple[int, int] | None = None, middle: bool = False
+) -> str:
+    """The answer to a wrong in-range guess; ``interval``: the range left after it, restated
+    (``middle``: with its middle)."""
     word, relation = ("higher", "more") if guess < target else ("lower", "less")
     text = f"{word}: the number is {relation} than {guess}"
     if interval is not None:
         text += f", so it is from {interval[0]} to {interval[1]}"
+        if middle:
+            text += f" (middle: {(interval[0] + interval[1]) // 2})"
     return f"{text}. Guesses left: {left}."
 
 
@@ -144,11 +167,11 @@ def _example_games(count: int, size: int = SIZE, budget: int = 6) -> list[tuple[
 
 
 def _example_messages(
-    count: int, budget: int = 6, feedback: str = "plain", size: int = SIZE
+    count: int, budget: int = 6, feedback: str = "plain", size: int = SIZE, middle: str = "none"
 ) -> list[dict[str, str]]:
     messages = []
     for lo, hi, target in _example_games(count, size, budget):
-        messages.append({"role": "user", "content": _QUESTION.format(lo=lo, hi=hi, budget=budget)})
+        messages.append({"role": "user", "content": _question(lo, hi, budget, middle)})
         low, high = lo, hi
         for i, guess in enumerate(bisection_guesses(lo, hi, target)):
             messages.append({"role": "assistant", "content": f"<guess>{guess}</guess>"})
@@ -156,7 +179,8 @@ def _example_messages(
                 break
             low, high = (guess + 1, high) if guess < target else (low, guess - 1)
             interval = (low, high) if feedback == "interval" else None
-            messages.append({"role": "user", "content": _feedback(guess, target, budget - i - 1, interval)})
+            answer = _feedback(guess, target, budget - i - 1, interval, middle=middle == "always")
+            messages.append({"role": "user", "content": answer})
     return messages
 
 
@@ -164,24 +188,31 @@ def _is_question(content: Any) -> bool:
     return isinstance(content, str) and content.startswith(_QUESTION.split("{", 1)[0])
 
 
-def _check_feedback(feedback: str) -> None:
+def _check_feedback(feedback: Any, middle: Any = "none") -> None:
     if feedback not in FEEDBACK:
         raise ConfigError(f"bisect feedback must be one of {', '.join(FEEDBACK)}, got {feedback!r}")
+    if middle not in MIDDLE:
+        raise ConfigError(f"bisect middle must be one of {', '.join(MIDDLE)}, got {middle!r}")
+    if middle == "always" and feedback != "interval":
+        raise ConfigError(
+            "bisect middle=always names the middle of the range each answer restates, so it needs "
+            "feedback=interval (or use middle=question)"
+        )
 
 
 def build_bisect_prompt(
-    lo: int, hi: int, budget: int, *, examples: int = 1, feedback: str = "plain"
+    lo: int, hi: int, budget: int, *, examples: int = 1, feedback: str = "plain", middle: str = "none"
 ) -> list[dict[str, str]]:
     """The prompt of a game over ``[lo, hi]`` with ``budget`` guesses: the system prompt,
     ``examples`` worked example episodes (0 to 3: games of the same size and budget, played by
-    bisection, their answers in the ``feedback`` style) and the question."""
+    bisection, their answers in the ``feedback`` and ``middle`` style) and the question."""
     if not 0 <= examples <= len(_EXAMPLES):
         raise ConfigError(f"examples must be from 0 to {len(_EXAMPLES)}, got {examples}")
-    _check_feedback(feedback)
+    _check_feedback(feedback, middle)
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        *_example_messages(examples, budget, feedback, size=hi - lo + 1),
-        {"role": "user", "content": _QUESTION.format(lo=lo, hi=hi, budget=budget)},
+        *_example_messages(examples, budget, feedback, size=hi - lo + 1, middle=middle),
+        {"role": "user", "content": _question(lo, hi, budget, middle)},
     ]
 
 
@@ -246,7 +277,16 @@ def generate_bisect_rows(
     return rows
 
 
-_CONFIG_KEYS = ("examples", "budget", "size", "max_start", "feedback", "guess_reward", "guess_reward_by")
+_CONFIG_KEYS = (
+    "examples",
+    "budget",
+    "size",
+    "max_start",
+    "feedback",
+    "middle",
+    "guess_reward",
+    "guess_reward_by",
+)
 GUESS_REWARD_BY = ("consistent", "split")
 """What a wrong guess's per-turn reward pays for (``guess_reward_by``)."""
 
@@ -279,7 +319,8 @@ class BisectEnv(BaseTextEnv):
             raise ConfigError(
                 f"env_config 'feedback' must be one of {', '.join(FEEDBACK)}, got {self.feedback!r}"
             )
-        _check_feedback(self.feedback)
+        self.middle = config_get(env_config, "middle", "none")
+        _check_feedback(self.feedback, self.middle)
         self.guess_reward = config_float(env_config, "guess_reward", 0.0, 0.0, 1.0)
         self.guess_reward_by = config_get(env_config, "guess_reward_by", "consistent")
         if self.guess_reward_by not in GUESS_REWARD_BY:
@@ -306,7 +347,7 @@ class BisectEnv(BaseTextEnv):
         self.budget_changed = self.budget != default or self.drawn_again
         self.max_turns = self.budget
         self.low, self.high = self.lo, self.hi  # what the feedback so far allows
-        self.guesses = self.consistent_guesses = 0
+        self.guesses = self.consistent_guesses = self.middle_guesses = 0
         self.success = False
 
     @classmethod
@@ -330,21 +371,23 @@ class BisectEnv(BaseTextEnv):
         )
 
     def _question(self) -> dict[str, str]:
-        return {"role": "user", "content": _QUESTION.format(lo=self.lo, hi=self.hi, budget=self.budget)}
+        return {"role": "user", "content": _question(self.lo, self.hi, self.budget, self.middle)}
 
     def init(self, prompt: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         messages = [dict(m) for m in prompt] if isinstance(prompt, list | tuple) else []
-        if self.budget_changed or not messages:
+        if self.budget_changed or self.middle != "none" or not messages:
             messages = [*messages[:-1], self._question()]
         examples = self.examples
-        if examples is None and self.feedback != "plain":
+        if examples is None and (self.feedback != "plain" or self.middle != "none"):
             # the row's own examples answer plainly: write them again in this env's style
             asked = [m for m in messages[:-1] if m.get("role") == "user" and _is_question(m.get("content"))]
             examples = min(len(asked), len(_EXAMPLES))
         if examples is not None:
             messages = [
                 {"role": "system", "content": SYSTEM_PROMPT},
-                *_example_messages(examples, self.budget, self.feedback, size=self.hi - self.lo + 1),
+                *_example_messages(
+                    examples, self.budget, self.feedback, size=self.hi - self.lo + 1, middle=self.middle
+                ),
                 messages[-1],
             ]
         return messages, {}
@@ -352,7 +395,7 @@ class BisectEnv(BaseTextEnv):
     def step(self, action: str) -> BaseTextEnvStepOutput:
         self.turns += 1
         left = self.budget - self.turns
-        meta: dict[str, Any] = {"guess": None, "feedback": None, "consistent": False}
+        meta: dict[str, Any] = {"guess": None, "feedback": None, "consistent": False, "middle": False}
         match = _GUESS_RE.search(action)
         text = match.group(1) if match is not None else None
         if text is None or not _NUMBER_RE.fullmatch(text):
@@ -368,7 +411,9 @@ class BisectEnv(BaseTextEnv):
         meta["consistent"] = self.low <= guess <= self.high
         # the numbers the worse answer would rule out, over half the range left (rounded up)
         split = min(guess - self.low + 1, self.high - guess + 1) / ((self.high - self.low + 2) // 2)
+        meta["middle"] = guess == (self.low + self.high) // 2 and meta["consistent"]
         self.consistent_guesses += meta["consistent"]
+        self.middle_guesses += meta["middle"]
         if guess == self.target:
             self.success = True
             meta["feedback"] = "correct"
@@ -388,7 +433,8 @@ class BisectEnv(BaseTextEnv):
             reward = self.guess_reward * split
         else:
             reward = self.guess_reward
-        return self._out(_feedback(guess, self.target, left, interval), reward, meta)
+        answer = _feedback(guess, self.target, left, interval, middle=self.middle == "always")
+        return self._out(answer, reward, meta)
 
     def _out(self, content: str, reward: float, meta: dict[str, Any]) -> BaseTextEnvStepOutput:
         done = self.turns >= self.max_turns
@@ -406,6 +452,7 @@ class BisectEnv(BaseTextEnv):
             "guesses": self.guesses,
             "consistent_guesses": self.consistent_guesses,
             "consistent_fraction": self.consistent_guesses / self.turns if self.turns else 0.0,
+            "middle_guesses": self.middle_guesses,
             "turns": self.turns,
             "budget": self.budget,
             "size": self.size,

@@ -125,6 +125,7 @@ def test_consistency_by_hand():
         "guesses": 5,
         "consistent_guesses": 3,
         "consistent_fraction": 3 / 7,
+        "middle_guesses": 2,  # 4 (middle of 1..8) and 6 (middle of 5..7)
         "turns": 7,
         "budget": 8,
         "size": 8,
@@ -215,6 +216,48 @@ def test_interval_feedback_writes_its_worked_examples_in_its_own_style():
     assert three == build_bisect_prompt(row["lo"], row["hi"], 6, examples=3, feedback="interval")
     # a bisecting policy still wins reading only what the model sees
     assert play_bisection(env, messages)[-1].reward == 1.0
+
+
+def test_middle_always_names_the_middle_left_and_bisection_copies_it():
+    row = generate_bisect_rows(1, split="test")[0]
+    env, messages = _make(row, {"feedback": "interval", "middle": "always", "examples": 2})
+    assert messages == build_bisect_prompt(
+        row["lo"], row["hi"], 6, examples=2, feedback="interval", middle="always"
+    )
+    lo, hi, target = row["lo"], row["hi"], row["reward_spec"]["ground_truth"]
+    assert (
+        messages[-1]["content"]
+        == f"Find the number from {lo} to {hi} (middle: {(lo + hi) // 2}). You have 6 guesses."
+    )
+    # every worked example guesses the middle its question or the answer before named
+    named = None
+    for m in messages[1:-1]:
+        if m["role"] == "user":
+            named = int(m["content"].rsplit("(middle: ", 1)[1].split(")", 1)[0])
+        else:
+            assert m["content"] == f"<guess>{named}</guess>"
+    # a policy that copies the middle the last observation names plays midpoint bisection
+    seen, outs = messages[-1]["content"], []
+    while not outs or not outs[-1].done:
+        middle = int(seen.rsplit("(middle: ", 1)[1].split(")", 1)[0])
+        outs.append(env.step(f"<guess>{middle}</guess>"))
+        seen = outs[-1].observations[0]["content"] if outs[-1].observations else ""
+    assert [o.metadata["guess"] for o in outs] == bisection_guesses(lo, hi, target)
+    assert outs[-1].reward == 1.0 and all(o.metadata["middle"] for o in outs)
+    assert env.get_metrics()["middle_guesses"] == len(outs)
+    wrong, _ = _make(game(1, 16, 3), {"feedback": "interval", "middle": "always"})
+    assert wrong.step("<guess>8</guess>").observations[0]["content"] == (
+        "lower: the number is less than 8, so it is from 1 to 7 (middle: 4). Guesses left: 4."
+    )
+    assert wrong.step("<guess>1</guess>").metadata["middle"] is False  # consistent, not the middle
+    # middle=question names it only in the question (and the examples' questions)
+    _, asked = _make(row, {"feedback": "interval", "middle": "question", "examples": 1})
+    assert "(middle: " in asked[-1]["content"] and "(middle: " in asked[1]["content"]
+    assert not any("(middle: " in m["content"] for m in asked[2:-1] if m["role"] == "user")
+    with pytest.raises(ConfigError, match="needs feedback=interval"):
+        _make(row, {"middle": "always"})
+    with pytest.raises(ConfigError, match="middle must be one of none, question, always"):
+        _make(row, {"middle": "yes"})
 
 
 def test_budget_spent_ends_the_episode_unsolved():

@@ -8,9 +8,8 @@ import typing
 import pytest
 import torch
 
-from skyrl_gym.config import add_config_arguments, config_from_args
 from skyrl_gym.errors import ConfigError
-from trainers.config import TrainConfig
+from trainers.config import TrainConfig, config_from_flags, train_settings
 from trainers.types import (
     AdvantageEstimator,
     KLConfig,
@@ -22,9 +21,11 @@ from trainers.types import (
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser()
-    add_config_arguments(parser, TrainConfig)
-    return config_from_args(TrainConfig, parser.parse_args(argv)), parser
+    """The config ``skyrl train ARGV`` runs, and the ``train`` command's parser."""
+    from skyrl_gym.cli import build_parser
+
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return config_from_flags(argv), commands.choices["train"]
 
 
 def test_flags_map_onto_fields():
@@ -33,15 +34,25 @@ def test_flags_map_onto_fields():
         "--advantage gae --gae-lambda 0.95 --value-coef 0.25 --value-clip 0.1 --async-staleness 2 "
         "--dist-backend gloo --no-fused-head".split()
     )
-    assert (cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, cfg.lora_dropout) == (
+    assert (
+        cfg.model.lora_rank,
+        cfg.model.lora_alpha,
+        cfg.model.lora_target_modules,
+        cfg.model.lora_dropout,
+    ) == (
         8,
         16,
         ("q_proj", "v_proj"),
         0.05,
     )
-    assert not cfg.lora_merge and not cfg.fused_head
-    assert (cfg.advantage, cfg.gae_lambda, cfg.value_coef, cfg.value_clip) == ("gae", 0.95, 0.25, 0.1)
-    assert cfg.async_staleness == 2 and cfg.dist_backend == "gloo"
+    assert not cfg.model.lora_merge and not cfg.optimizer.fused_head
+    assert (
+        cfg.algorithm.advantage,
+        cfg.algorithm.gae_lambda,
+        cfg.algorithm.value_coef,
+        cfg.algorithm.value_clip,
+    ) == ("gae", 0.95, 0.25, 0.1)
+    assert cfg.run.async_staleness == 2 and cfg.run.dist_backend == "gloo"
     help_text = " ".join(parser.format_help().split())
     assert "at most k updates behind" in help_text and "value head" in help_text
 
@@ -77,7 +88,7 @@ def test_env_config_flag_reaches_the_rollout_items():
     from trainers.config import parse_env_config
 
     cfg = TrainConfig(env_config=("max_turns=3", "db_dir=/data/dbs", 'tags=["a"]'))
-    settings = parse_env_config(cfg.env_config)
+    settings = parse_env_config(cfg.data.env_config)
     assert settings == {"max_turns": 3, "db_dir": "/data/dbs", "tags": ["a"]}
     plain = PromptItem("calculator", ({"role": "user", "content": "hi"},), prompt_id="r0")
     own = PromptItem("calculator", plain.prompt, env_config={"max_turns": 5}, prompt_id="r1")
@@ -111,33 +122,34 @@ MIRRORED_CHOICES = {
 @pytest.mark.parametrize("field", sorted(MIRRORED_CHOICES))
 def test_choice_flags_are_the_enums_values(field):
     enum = MIRRORED_CHOICES[field]
-    hint = typing.get_type_hints(TrainConfig)[field]
+    hint = train_settings()[field].hint
     assert {str(v) for v in typing.get_args(hint)} == {e.value for e in enum}
     _, parser = parse([])
     (action,) = [a for a in parser._actions if a.dest == field]
     assert [str(c) for c in action.choices] == [e.value for e in enum]
     for member in enum:  # every choice the CLI offers is one the trainer accepts
         cfg, _ = parse([f"--{field.replace('_', '-')}", member.value, "--group-size", "2"])
-        assert getattr(cfg, field) == member.value
+        assert cfg.as_settings()[field] == member.value
 
 
 def test_observation_style_choices_are_the_runtimes():
     from skyrl_agent.types import ObservationStyle
 
-    hint = typing.get_type_hints(TrainConfig)["observation_style"]
+    hint = train_settings()["observation_style"].hint
     assert set(typing.get_args(hint)) == set(typing.get_args(ObservationStyle))
 
 
 def test_every_loss_hyperparameter_is_a_flag_with_the_losses_default():
-    train_fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    settings, defaults = train_settings(), TrainConfig().as_settings()
     for f in dataclasses.fields(PolicyLossConfig):
-        assert f.name in train_fields, f"PolicyLossConfig.{f.name} has no TrainConfig field"
-        assert train_fields[f.name].default == f.default, f.name
+        assert f.name in settings, f"PolicyLossConfig.{f.name} has no TrainConfig setting"
+        assert settings[f.name].part == "algorithm", f.name
+        assert defaults[f.name] == f.default, f.name
     # the KL term's settings under a kl_ prefix (in_reward moves the KL into the rewards: not a
     # loss parameter, and the loop does not support it yet)
     for f in dataclasses.fields(KLConfig):
         if f.name != "in_reward":
-            assert f"kl_{f.name}" in train_fields, f"KLConfig.{f.name} has no TrainConfig field"
+            assert f"kl_{f.name}" in settings, f"KLConfig.{f.name} has no TrainConfig setting"
     assert TrainConfig().loss_config.norm_constant == 2 * 40.0  # max_turns x max_tokens_per_turn
 
 
@@ -218,7 +230,7 @@ def test_sampler_cascade_flag_reaches_the_engine() -> None:
         assert on.engine.config.cascade_min_tokens == 64 and on.engine._cascade_on
         assert off.engine.config.cascade_min_tokens == 0 and not off.engine._cascade_on
         assert on.engine.config.max_rows == 64
-        assert off.engine.config.max_rows == off_cfg.prompts_per_step * off_cfg.group_size == 64
+        assert off.engine.config.max_rows == off_cfg.run.prompts_per_step * off_cfg.rollout.n_samples == 64
     finally:
         on.close()
         off.close()

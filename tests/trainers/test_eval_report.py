@@ -35,6 +35,10 @@ def test_flags_file_is_the_config_skyrl_train_runs(tmp_path):
     flags = read_flags(f)
     assert flags == ["--env", "search", "--stop", "</search>", "</answer>", "--lr", "3e-6"]
     cfg = config_from_flags(flags)
-    assert (cfg.env, cfg.stop, cfg.lr) == ("search", ("</search>", "</answer>"), 3e-6)
+    assert (cfg.data.env, cfg.rollout.sampling.stop, cfg.optimizer.lr) == (
+        "search",
+        ("</search>", "</answer>"),
+        3e-6,
+    )
     with pytest.raises((SystemExit, ConfigError)):
         config_from_flags(["--lrr", "1"])

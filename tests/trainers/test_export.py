@@ -3,7 +3,6 @@ computes the trained model's logits."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -37,11 +36,11 @@ def trained_run(base_dir, run_dir, lora_rank=0):
     tok = transformers.AutoTokenizer.from_pretrained(base_dir)
     cfg = TrainConfig(model=str(base_dir), lora_rank=lora_rank, bf16=False, run_dir=str(run_dir))
     if lora_rank:
-        model = apply_lora(model, lora_rank, cfg.lora_alpha, cfg.lora_target_modules, 0.0)
+        model = apply_lora(model, lora_rank, cfg.model.lora_alpha, cfg.model.lora_target_modules, 0.0)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=5.0)
-    train_step(model, opt, make_batch(), dataclasses.replace(cfg, grad_clip=0.0))
+    train_step(model, opt, make_batch(), cfg.replace(grad_clip=0.0))
     run_dir.mkdir(parents=True)
-    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
+    (run_dir / "config.json").write_text(json.dumps(cfg.as_tables()))
     state = TrainState(step=1, sampler={}, rng=rng_state(), extra={})
     ckpt = save_checkpoint(run_dir, model=model, optimizer=opt, scheduler=None, state=state, tokenizer=tok)
     return model.eval(), ckpt

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from skyrl_agent.types import StopReason, Trajectory
+from skyrl_gym.errors import ConfigError
 from tests.trainers.test_step import tiny_lm
 from trainers.advantages import compute_advantages
 from trainers.batch import collate
 from trainers.config import TrainConfig
-from trainers.loop import _counts_flat_groups, kept_share
+from trainers.loop import kept_share
 from trainers.step import train_step
 
 REWARDS = ([1.0, 0.0, 0.2], [0.2, 0.2, 0.2], [0.0, 1.0, 1.0], [1.0, 1.0, 1.0])  # groups 1, 3 flat
@@ -90,8 +91,11 @@ def test_kept_share_counts_what_each_reduction_counts():
 
 
 def test_counting_flat_groups_is_off_where_it_would_be_wrong():
-    assert not _counts_flat_groups(TrainConfig())  # off by default
-    assert _counts_flat_groups(TrainConfig(count_flat_groups=True))
-    assert not _counts_flat_groups(TrainConfig(count_flat_groups=True, dynamic_sampling=True))
-    assert not _counts_flat_groups(TrainConfig(count_flat_groups=True, skip_equal_reward_groups=False))
-    assert not _counts_flat_groups(TrainConfig(count_flat_groups=True, advantage="gae"))
+    counts = lambda **kw: TrainConfig(**kw).algorithm.counts_flat_groups  # noqa: E731
+    assert not counts()  # off by default
+    assert counts(count_flat_groups=True) and counts(group_filter="skip_counted")
+    assert not counts(count_flat_groups=True, dynamic_sampling=True)
+    assert not counts(group_filter="dynamic")
+    assert not counts(count_flat_groups=True, advantage="gae")
+    with pytest.raises(ConfigError, match="disagree"):
+        TrainConfig(group_filter="dynamic", count_flat_groups=True)

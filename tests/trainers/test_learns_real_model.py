@@ -78,7 +78,7 @@ def train_and_check(run_dir: Path, seed: int = SEED) -> dict[str, Any]:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
 
     assert summary["env"] == "calculator" and summary["model"] == "smollm2-135m", summary
-    assert summary["steps"] == cfg.steps == result.steps, summary
+    assert summary["steps"] == cfg.run.steps == result.steps, summary
     base, final = summary["baseline"], summary["final"]
     assert base is not None and final is not None, summary
     # the evaluations really ran at the intended size, with no episode lost to infrastructure
@@ -88,8 +88,8 @@ def train_and_check(run_dir: Path, seed: int = SEED) -> dict[str, Any]:
         assert 0.0 <= res["success"] <= 1.0 and res["success_se"] >= 0.0, res
     # every step played a full batch of episodes, and the policy was updated
     steps = [r for r in records if r["kind"] == "train"]
-    assert [r["step"] for r in steps] == list(range(1, cfg.steps + 1)), records
-    assert all(r["episodes"] == cfg.prompts_per_step * cfg.group_size for r in steps), steps
+    assert [r["step"] for r in steps] == list(range(1, cfg.run.steps + 1)), records
+    assert all(r["episodes"] == cfg.run.prompts_per_step * cfg.rollout.n_samples for r in steps), steps
     assert all(r["masked"] == 0 for r in steps), steps
     assert any(not r.get("skipped_update") for r in steps), "every step was skipped (no signal)"
 

@@ -9,11 +9,11 @@ from trainers.models import lr_factor, lr_scheduler
 
 
 def _rates(cfg: TrainConfig) -> list[float]:
-    """The learning rate each of ``cfg.steps`` train steps uses, read from a real optimizer."""
-    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=cfg.lr)
-    sched = lr_scheduler(opt, cfg)
+    """The learning rate each of ``cfg.run.steps`` train steps uses, read from a real optimizer."""
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=cfg.optimizer.lr)
+    sched = lr_scheduler(opt, cfg.optimizer, cfg.run.steps)
     rates = []
-    for _ in range(cfg.steps):
+    for _ in range(cfg.run.steps):
         rates.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()

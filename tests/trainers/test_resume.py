@@ -4,7 +4,6 @@ The killed run takes its settings from a config file (``--config``); the resumed
 only ``--run-dir`` and ``--resume`` and reads them back from the run's ``config.json``: the
 round trip file -> run -> resolved config -> resume of decision 0033."""
 
-import dataclasses
 import json
 import os
 import random
@@ -47,12 +46,14 @@ def _cmd(model_dir, run_dir, resume=False):
 
 
 def _config_file(model_dir, run_dir, path):
-    """The settings of :func:`_cmd` as a TOML file (tables are headings only)."""
+    """The settings of :func:`_cmd` as a TOML file: flat keys, a heading (``[rollouts]``) and
+    the tables of the config's parts."""
     path.write_text(
-        f'model = "{model_dir}"\nrun_dir = "{run_dir}"\nsteps = {STEPS}\ncheckpoint_every = 1\n'
+        f'run_dir = "{run_dir}"\nsteps = {STEPS}\ncheckpoint_every = 1\n'
         f"[rollouts]\nprompts_per_step = {PROMPTS}\ngroup_size = {GROUP}\nmax_tokens_per_turn = 6\n"
         "temperature = 1.0\n[data]\ntrain_prompts = 20\neval_prompts = 0\n"
-        "[run]\nbf16 = false\nskip_equal_reward_groups = false\nthreads = 1\n"
+        f'[model]\npath = "{model_dir}"\nbf16 = false\n'
+        "[algorithm]\nskip_equal_reward_groups = false\n[run]\nthreads = 1\n"
     )
     return path
 
@@ -91,7 +92,7 @@ def test_sigkill_then_resume(tiny_model_dir, tmp_path):
         proc.wait(timeout=30)
     saved = json.loads((run_dir / "config.json").read_text())
     same_by_flags = config_from_flags(_cmd(tiny_model_dir, run_dir)[4:])  # the file says what the flags say
-    assert saved == json.loads(json.dumps(dataclasses.asdict(same_by_flags)))
+    assert saved == json.loads(json.dumps(same_by_flags.as_tables()))
     done = subprocess.run(
         [sys.executable, "-m", "skyrl_gym", "train", "--run-dir", str(run_dir), "--resume"],
         env=env,
@@ -100,7 +101,8 @@ def test_sigkill_then_resume(tiny_model_dir, tmp_path):
     )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert b"resumed from step_" in done.stderr
-    assert json.loads((run_dir / "config.json").read_text()) == {**saved, "resume": True}
+    resumed = json.loads((run_dir / "config.json").read_text())
+    assert resumed == {**saved, "run": {**saved["run"], "resume": True}}
 
     # the step count continues and every step is logged exactly once
     train_steps = [

@@ -75,7 +75,7 @@ def fake_play(informative_ids: set[str]):
     """A stand-in for rollouts.play: a prompt's group has mixed rewards iff its id is listed."""
     calls = []
 
-    def play(policy, items, cfg, *, n_samples, seed, dist=SINGLE):
+    def play(policy, items, rollout, env_config=(), *, n_samples, seed, dist=SINGLE):
         calls.append([it.prompt_id for it in items])
         out = []
         for g, it in enumerate(items):

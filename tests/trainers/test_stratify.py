@@ -106,7 +106,7 @@ def test_calculator_rows_name_their_shape_and_stratify_by_it():
 
 
 def test_auto_is_the_envs_field_for_its_bundled_rows_only():
-    assert TrainConfig().stratify_by == "auto"
+    assert TrainConfig().data.stratify_by == "auto"
     assert stratify_key("auto", "calculator", None) == "shape"  # CalculatorEnv.bundled_stratify_by
     assert stratify_key("auto", "calculator", "rows.jsonl") is None  # a data file: the user says
     assert stratify_key("auto", "gsm8k", None) is None  # an env that names no field

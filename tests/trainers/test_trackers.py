@@ -16,12 +16,12 @@ mlflow = pytest.importorskip("mlflow")
 
 
 def test_report_to_takes_commas_spaces_and_none():
-    assert TrainConfig(report_to=("tensorboard,wandb", "mlflow")).report_to == (
+    assert TrainConfig(report_to=("tensorboard,wandb", "mlflow")).run.report_to == (
         "tensorboard",
         "wandb",
         "mlflow",
     )
-    assert TrainConfig(report_to=("none",)).report_to == ()
+    assert TrainConfig(report_to=("none",)).run.report_to == ()
     with pytest.raises(ConfigError, match="comet"):
         TrainConfig(report_to=("comet",))
     with pytest.raises(ConfigError, match="unknown tracker"):
@@ -44,7 +44,6 @@ def offline_wandb(monkeypatch):
 
 @pytest.mark.slow
 def test_a_run_reports_to_wandb_and_mlflow_and_resumes_into_the_same_runs(tmp_path, offline_wandb):
-    import dataclasses
 
     import skyrl_gym
     from skyrl_agent.models import tiny_random_model
@@ -64,7 +63,7 @@ def test_a_run_reports_to_wandb_and_mlflow_and_resumes_into_the_same_runs(tmp_pa
     try:
         train(cfg)
         ids = json.loads((run_dir / "trackers.json").read_text())
-        train(dataclasses.replace(cfg, steps=3, resume=True))
+        train(cfg.replace(steps=3, resume=True))
     finally:
         skyrl_gym.deregister("test-coin")
     assert json.loads((run_dir / "trackers.json").read_text()) == ids  # the same runs continued

@@ -227,7 +227,7 @@ def test_turn_level_estimators_are_refused_where_they_cannot_run():
     with pytest.raises(ConfigError, match="gamma"):
         TrainConfig(advantage="gigpo", gamma=1.2)
     cfg = TrainConfig(advantage="gigpo", gigpo_anchor="history", turn_advantage_coef=0.5)
-    assert cfg.turn_advantage_coef == 0.5
+    assert cfg.algorithm.turn_advantage_coef == 0.5
 
 
 def test_a_group_with_equal_totals_but_different_turns_still_trains_by_turn():
