@@ -27,6 +27,7 @@ import json
 import logging
 from typing import Any, Literal
 
+from integrations.tinker._oai import PREFIX as OAI_PREFIX
 from integrations.tinker._requests import (
     CheckpointTtlBody,
     CreateModelBody,
@@ -176,7 +177,7 @@ def build_app(state: ServerState) -> Any:
     @app.middleware("http")
     async def _record(request: fastapi.Request, call_next: Any) -> Any:
         try:
-            sent = request.headers.get("x-api-key")
+            sent = request.headers.get("x-api-key") or _bearer(request.headers.get("authorization"))
             if keys and sent not in keys and request.url.path != "/api/v1/healthz":
                 response = error(
                     "this server accepts only its configured API keys; "
@@ -211,9 +212,41 @@ def build_app(state: ServerState) -> Any:
     _run_routes(app, state, fastapi)
     _sampling_routes(app, state)
     _future_routes(app, state)
+    _openai_routes(app, state, fastapi)
     _document_errors_as_400(app)
     app.add_middleware(_BodyLimit, limit=config.max_request_bytes)  # outermost: before any body is read
     return app
+
+
+def _bearer(header: str | None) -> str | None:
+    """The key of an ``Authorization: Bearer KEY`` header (how OpenAI clients send it)."""
+    if header is None:
+        return None
+    scheme, _, key = header.partition(" ")
+    return key.strip() or None if scheme.lower() == "bearer" else None
+
+
+def _openai_routes(app: Any, state: ServerState, fastapi: Any) -> None:
+    """The OpenAI-compatible surface (``/oai/api/v1``; :mod:`integrations.tinker._oai`)."""
+    from starlette.responses import Response
+
+    surface = state.openai
+
+    class _Answer(Response):  # the sub-app answers on the raw connection, streamed or not
+        def __init__(self, route: str, body: bytes) -> None:
+            super().__init__()
+            self.route, self.request_body = route, body
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await surface.answer(self.route, self.request_body, scope, receive, send)
+
+    @app.get(f"{OAI_PREFIX}/models")
+    async def oai_models() -> Any:
+        return surface.models_body()
+
+    @app.post(f"{OAI_PREFIX}/{{route:path}}", include_in_schema=False)
+    async def oai(route: str, request: fastapi.Request) -> Any:
+        return _Answer(route, await request.body())
 
 
 def _future(rid: str, **extra: Any) -> dict[str, Any]:

@@ -426,6 +426,35 @@ class Scheduler:
 
         self._worker.submit(lane, body)
 
+    def call(self, fn: Callable[[], Any], lane: str = SERVER_LANE) -> asyncio.Future[Any]:
+        """Run ``fn`` on the worker after what is queued in ``lane``; its result (or exception)
+        arrives in the returned future, for a caller on the event loop that awaits it directly
+        (no request id, no stored result: the OpenAI-compatible routes). A future cancelled
+        before the worker reaches ``fn`` skips it."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        def body() -> None:
+            if future.cancelled():
+                return
+            try:
+                result = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                loop.call_soon_threadsafe(settle, None, exc)
+            else:
+                loop.call_soon_threadsafe(settle, result, None)
+
+        self._worker.submit(lane, body)
+        return future
+
     def submit(self, model_id: str, seq_id: int | None, rid: str, job: Callable[[], Outcome]) -> None:
         """Run ``job`` after every request of ``model_id`` with a lower ``seq_id``. A request
         without a ``seq_id`` runs after those already handed over."""

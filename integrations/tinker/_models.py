@@ -234,6 +234,11 @@ class Snapshot:
     model_path: str | None = None
     """The ``tinker://`` path it came from, if any."""
 
+    @classmethod
+    def of_base(cls, base_model: str) -> Snapshot:
+        """Sampling from a base model as it is (no trained weights)."""
+        return cls(f"base:{base_model}", base_model, None, None)
+
 
 class SamplerModels:
     """Sampling policies built from snapshots, the ``capacity`` most recently used kept."""
@@ -251,7 +256,7 @@ class SamplerModels:
         base = self.base_models.get(snap.base_name)
         module = base.model if snap.weights is None else self._build(base, snap)
         # the continuous-batching engine: its own thread decodes while the job's thread waits
-        # and checks the job's limits (integrations.tinker._ops._generate)
+        # and checks the job's limits (integrations.tinker._ops.generate_checked)
         policy = HFPolicy(module, base.tokenizer, seed=self.config.seed, min_shared_prefix=16)
         self._cache[snap.key] = policy
         while len(self._cache) > self.config.sampler_cache_size:

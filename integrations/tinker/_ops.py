@@ -31,7 +31,14 @@ from skyrl_agent.types import GREEDY_BELOW, FinishReason, GenerateOutput, Genera
 from skyrl_gym.errors import ConfigError
 from trainers.logprobs import token_logprobs_from_logits
 
-__all__ = ["forward_backward", "optim_step", "sample", "check_sample_request", "context_length"]
+__all__ = [
+    "forward_backward",
+    "optim_step",
+    "sample",
+    "check_sample_request",
+    "context_length",
+    "generate_checked",
+]
 
 _FLOAT_INPUTS = ("weights", "logprobs", "advantages")
 
@@ -360,7 +367,7 @@ def check_sample_request(body: SampleBody, config: TinkerServerConfig) -> None:
 _CHECK_EVERY_S = 0.05
 
 
-def _generate(
+def generate_checked(
     policy: HFPolicy, requests: list[GenerateRequest], checkpoint: Callable[[], None] | None
 ) -> list[GenerateOutput]:
     """``requests`` through the policy's engine (continuous batching, KV reused across calls that
@@ -414,7 +421,7 @@ def sample(
             sp = dataclasses.replace(sp, ignore_eos=True)
         requests.append(GenerateRequest(prompt_ids=list(prompt), sampling=sp))
     try:
-        outs = _generate(policy, requests, checkpoint)
+        outs = generate_checked(policy, requests, checkpoint)
     except ConfigError as exc:  # the policy's own checks of a request: the request is at fault
         raise TinkerRequestError(f"invalid sampling request: {exc}") from None
     n_top = min(body.topk_sample_logprobs, vocab)

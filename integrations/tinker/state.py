@@ -37,6 +37,7 @@ from integrations.tinker._models import (
     TrainingModel,
     build_training_model,
 )
+from integrations.tinker._oai import OpenAISurface
 from integrations.tinker._requests import (
     CreateModelBody,
     CreateSamplingSessionBody,
@@ -51,6 +52,7 @@ from integrations.tinker._store import LATEST, Store, StoredModel, StoredSession
 from integrations.tinker._wire import FwdBwdRequest
 from integrations.tinker.types import (
     _MODEL_ID,
+    TINY_RANDOM_MODEL,
     CheckpointKind,
     LoraSpec,
     TinkerPath,
@@ -58,6 +60,7 @@ from integrations.tinker.types import (
     TinkerServerConfig,
     check_name,
 )
+from skyrl_agent.models import BUNDLED_MODEL
 
 __all__ = ["Session", "ModelRecord", "SamplingSession", "ServerState"]
 
@@ -123,6 +126,15 @@ class ServerState:
         # every model forward pass checks whether the running sampling job must stop
         self.base_models = BaseModels(config, on_forward=self.scheduler.checkpoint)
         self.samplers = SamplerModels(self.base_models, config)
+        self.openai = OpenAISurface(
+            self.base_models,
+            self.samplers,
+            self.scheduler,
+            self._path_snapshot,
+            model_names=[BUNDLED_MODEL, TINY_RANDOM_MODEL, *(a for a, _ in config.model_aliases)],
+            timeout_s=config.sample_timeout_s,
+        )
+        """The OpenAI-compatible routes' apps, one per model asked for (``/oai/api/v1``)."""
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, ModelRecord] = {}
         self.sampling_sessions: dict[str, SamplingSession] = {}
@@ -737,7 +749,7 @@ class ServerState:
         if body.model_path:
             snap = self._path_snapshot(body.model_path)
         elif body.base_model:
-            snap = _base_snapshot(body.base_model)
+            snap = Snapshot.of_base(body.base_model)
         else:
             raise TinkerRequestError("create_sampling_session needs base_model or model_path")
         sid = f"{session.session_id}:sample:{uuid.uuid4().hex[:12]}"
@@ -761,7 +773,7 @@ class ServerState:
         if found is None and sid in self._stored_samplers:  # made before a restart
             session_id, source = self._stored_samplers.pop(sid)
             if source.startswith("base:"):
-                snap = _base_snapshot(source[len("base:") :])
+                snap = Snapshot.of_base(source[len("base:") :])
             else:
                 snap = self._path_snapshot(source)
             found = self.sampling_sessions[sid] = SamplingSession(sid, session_id, snap)
@@ -791,7 +803,7 @@ class ServerState:
         elif body.model_path:
             snap = self._path_snapshot(body.model_path)
         elif body.base_model:
-            snap = _base_snapshot(body.base_model)
+            snap = Snapshot.of_base(body.base_model)
         else:
             raise TinkerRequestError("asample needs sampling_session_id, model_path or base_model")
         if snap.key.startswith("mem:") and not self._snapshot_alive(snap):
@@ -828,14 +840,10 @@ class ServerState:
     def close(self) -> None:
         """Stop the worker and free the sampling models. Idempotent."""
         self.scheduler.shutdown()
+        self.openai.close()
         self.samplers.close()
         if self.store is not None:
             self.store.close()
-
-
-def _base_snapshot(base_model: str) -> Snapshot:
-    """Sampling from a base model as it is (no trained weights)."""
-    return Snapshot(f"base:{base_model}", base_model, None, None)
 
 
 def _strings(meta: dict[str, Any] | None) -> dict[str, str] | None:
