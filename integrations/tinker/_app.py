@@ -27,6 +27,7 @@ import json
 import logging
 from typing import Any, Literal
 
+from integrations.tinker._auth import INVALID_TOKEN_HEADER, key_user, looks_like_jwt
 from integrations.tinker._oai import PREFIX as OAI_PREFIX
 from integrations.tinker._requests import (
     CheckpointTtlBody,
@@ -57,8 +58,9 @@ __all__ = ["build_app", "CLIENT_CONFIG"]
 
 log = logging.getLogger(__name__)
 
-#: The feature flags sent to the client (``/client/config``): plain HTTP transport, no JWT
-#: exchange, uncompressed fwd/bwd bodies (zstd is accepted too), per-request future polling.
+#: The feature flags sent to the client (``/client/config``): plain HTTP transport, JWT exchange
+#: as the server's ``jwt_auth`` says, uncompressed fwd/bwd bodies (zstd is accepted too),
+#: per-request future polling.
 CLIENT_CONFIG: dict[str, Any] = {
     "pjwt_auth_enabled": False,
     "use_pyqwest_transport": False,
@@ -71,6 +73,7 @@ CLIENT_CONFIG: dict[str, Any] = {
 
 _STATUS_TEXT = {
     400: "The request is malformed: the message names the field and what it must be.",
+    401: "A key the server does not accept (with --api-key), or a token it did not issue or that expired.",
     404: "An unknown (or closed) session, model, sampler or checkpoint.",
     409: "The model is still being created.",
     410: "The session is closed.",
@@ -173,12 +176,33 @@ def build_app(state: ServerState) -> Any:
         return error(message, exc.status_code)
 
     keys = frozenset(config.api_keys)
+    tokens = state.tokens
+    key_users = frozenset(key_user(k, True) for k in keys)
+
+    def token_refused(sent: str) -> str | None:
+        """Why the JWT ``sent`` is refused, or None when it may pass."""
+        if tokens is None:
+            return "this server does not issue tokens (JWT auth is off): send an API key"
+        claims, why = tokens.check(sent)
+        if claims is None:
+            return why
+        if keys and claims.get("sub") not in key_users:
+            return "the key this token was issued for is no longer accepted"
+        return None
 
     @app.middleware("http")
     async def _record(request: fastapi.Request, call_next: Any) -> Any:
         try:
             sent = request.headers.get("x-api-key") or _bearer(request.headers.get("authorization"))
-            if keys and sent not in keys and request.url.path != "/api/v1/healthz":
+            open_route = request.url.path == "/api/v1/healthz"
+            if not open_route and looks_like_jwt(sent) and (why := token_refused(sent)) is not None:
+                response = error(
+                    f"a token this server cannot accept: {why}; trade the API key for a new one", 401
+                )
+                response.headers[INVALID_TOKEN_HEADER] = (
+                    f'Bearer error="invalid_token", error_description="{why}"'
+                )
+            elif keys and sent not in keys and not open_route and not looks_like_jwt(sent):
                 response = error(
                     "this server accepts only its configured API keys; "
                     + (
@@ -264,7 +288,26 @@ def _session_routes(app: Any, state: ServerState, error: Any) -> None:
 
     @app.post("/api/v1/client/config", responses=_errors())
     async def client_config(body: SdkVersionBody | None = None) -> Any:
-        return {**CLIENT_CONFIG, **dict(config.client_flags)}
+        return {**CLIENT_CONFIG, "pjwt_auth_enabled": config.jwt_auth, **dict(config.client_flags)}
+
+    from fastapi import Header
+
+    @app.post("/api/v1/auth/token", responses=_errors(401, 404))
+    async def auth_token(
+        body: SdkVersionBody | None = None,
+        x_api_key: str | None = Header(None),
+        authorization: str | None = Header(None),
+    ) -> Any:
+        """Trade the API key (checked by the middleware when keys are configured) for a token."""
+        if state.tokens is None:
+            return error("JWT auth is off on this server (--no-jwt): send the API key itself", 404)
+        sent = x_api_key or _bearer(authorization)
+        if looks_like_jwt(sent):  # a token passed the middleware: renew it for its own user
+            claims, _ = state.tokens.check(sent)
+            user = str((claims or {}).get("sub"))
+        else:
+            user = key_user(sent, bool(config.api_keys))
+        return {"jwt": state.tokens.mint(user)}
 
     @app.post("/api/v1/client/dynamic_config", responses=_errors())
     async def dynamic_config(body: SdkVersionBody | None = None) -> Any:

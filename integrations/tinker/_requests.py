@@ -102,7 +102,8 @@ class ErrorBody(BaseModel):
 
 # ---------------------------------------------------------------------- session
 class SdkVersionBody(_Body):
-    """``client/config`` and ``client/dynamic_config``."""
+    """``client/config``, ``client/dynamic_config`` and ``auth/token`` (where the client sends an
+    empty object: its key is in the headers)."""
 
     sdk_version: str | None = None
 

@@ -91,6 +91,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help="accept only this client key (repeatable; also $SKYRL_TINKER_API_KEYS, comma-separated); "
         "default: any key",
     )
+    p.add_argument(
+        "--no-jwt",
+        dest="jwt",
+        action="store_false",
+        help="no JWT exchange: clients send their API key on every request (default: they trade it "
+        "for a signed token at /api/v1/auth/token, as Tinker's clients do; RestClient.whoami needs it)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -124,6 +131,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_sample_tokens=args.max_sample_tokens,
         sample_timeout_s=args.sample_timeout,
         durable=args.durable,
+        jwt_auth=args.jwt,
         seed=args.seed,
         api_keys=tuple(args.api_key)
         + tuple(k for k in os.environ.get("SKYRL_TINKER_API_KEYS", "").split(",") if k.strip()),

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from integrations.tinker import _checkpoints, _ops
+from integrations.tinker._auth import Tokens
 from integrations.tinker._futures import _RECENT, Futures, JobLimits, Outcome, Scheduler
 from integrations.tinker._models import (
     BaseModels,
@@ -126,6 +127,14 @@ class ServerState:
         # every model forward pass checks whether the running sampling job must stop
         self.base_models = BaseModels(config, on_forward=self.scheduler.checkpoint)
         self.samplers = SamplerModels(self.base_models, config)
+        self.tokens = (
+            Tokens.for_server(
+                config.checkpoint_dir if config.durable else None, config.owner, config.jwt_ttl_s
+            )
+            if config.jwt_auth
+            else None
+        )
+        """Mints and checks the JWTs clients trade their key for (None with ``jwt_auth`` off)."""
         self.openai = OpenAISurface(
             self.base_models,
             self.samplers,

@@ -118,6 +118,13 @@ class TinkerServerConfig:
     default: any key is accepted, as on a server only this machine can reach. Set: a request
     with another key, or none, gets 401 (except ``/api/v1/healthz``), which the client raises as
     ``tinker.AuthenticationError``."""
+    jwt_auth: bool = True
+    """Tinker's JWT exchange (:mod:`integrations.tinker._auth`): clients trade their API key for
+    a short-lived signed token at ``/api/v1/auth/token`` and send the token instead, and
+    ``RestClient.whoami`` reads their identity from it. Off (``--no-jwt``): clients send the key
+    on every request, as before; ``whoami`` then fails in the client."""
+    jwt_ttl_s: float = 3600.0
+    """How long a token is valid (the client renews it before it expires)."""
     client_flags: tuple[tuple[str, Any], ...] = ()
     """``(flag, value)`` pairs sent to clients on top of the defaults in ``/client/config``
     (e.g. ``("fwdbwd_max_chunk_len", 2)`` to split every ``forward_backward`` into chunks of 2)."""
