@@ -9,9 +9,10 @@ URN), ``org_id`` and ``email``.
 
 Tokens here are HS256 JWTs (RFC 7519) signed with a server secret: random per process, or kept
 in ``<checkpoint_dir>/auth.key`` (mode 0600) for a durable server, so tokens outlive a restart.
-The user is ``tml:user:local`` when the server accepts any key, else ``tml:user:key-<first 12
-hex digits of the key's SHA-256>`` (one identity per configured key, never the key itself); the
-organization is the server's ``owner``. A token is only as good as the key it was traded for:
+The user is ``tml:organization_user:local`` when the server accepts any key, else
+``tml:organization_user:key-<first 12 hex digits of the key's SHA-256>`` (one identity per
+configured key, never the key itself), with an address under the reserved ``.invalid`` domain as
+its email; the organization is ``local``. A token is only as good as the key it was traded for:
 it expires (``ttl_s``), and a server restarted with another key list still checks the key's
 identity against it.
 """
@@ -30,6 +31,8 @@ from typing import Any
 
 __all__ = ["Tokens", "looks_like_jwt", "INVALID_TOKEN_HEADER"]
 
+USER_PREFIX = "tml:organization_user:"
+"""How Tinker names a user (``whoami().user_urn``, a training run's ``model_owner``)."""
 INVALID_TOKEN_HEADER = "WWW-Authenticate"
 """The header that tells the client to trade its key for a new token (RFC 6750)."""
 
@@ -50,8 +53,8 @@ def looks_like_jwt(credential: str | None) -> bool:
 def key_user(api_key: str | None, keys_checked: bool) -> str:
     """The user URN of whoever holds ``api_key`` (module docstring)."""
     if not keys_checked or api_key is None:
-        return "tml:user:local"
-    return f"tml:user:key-{hashlib.sha256(api_key.encode()).hexdigest()[:12]}"
+        return f"{USER_PREFIX}local"
+    return f"{USER_PREFIX}key-{hashlib.sha256(api_key.encode()).hexdigest()[:12]}"
 
 
 class Tokens:
@@ -93,7 +96,7 @@ class Tokens:
             "iss": self.issuer,
             "sub": user,
             "org_id": self.org_id,
-            "email": "",
+            "email": f"{user.removeprefix(USER_PREFIX)}@skyrl.invalid",
             "iat": issued,
             "exp": issued + int(self.ttl_s),
         }

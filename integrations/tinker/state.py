@@ -128,9 +128,7 @@ class ServerState:
         self.base_models = BaseModels(config, on_forward=self.scheduler.checkpoint)
         self.samplers = SamplerModels(self.base_models, config)
         self.tokens = (
-            Tokens.for_server(
-                config.checkpoint_dir if config.durable else None, config.owner, config.jwt_ttl_s
-            )
+            Tokens.for_server(config.checkpoint_dir if config.durable else None, "local", config.jwt_ttl_s)
             if config.jwt_auth
             else None
         )

@@ -49,8 +49,10 @@ class TinkerServerConfig:
 
     checkpoint_dir: str = field(default_factory=_default_checkpoint_dir)
     """Where ``tinker://`` checkpoints are written (one directory per model id)."""
-    owner: str = "local"
-    """What ``training_runs`` report as every run's ``model_owner`` (the server has no accounts)."""
+    owner: str = "tml:organization_user:local"
+    """What ``training_runs`` report as every run's ``model_owner``: an organization user's URN,
+    as Tinker reports it (the server has no accounts; ``whoami`` of a client whose key is not
+    checked gives this user)."""
     model_aliases: tuple[tuple[str, str], ...] = ()
     """``(name, path)`` pairs: a client asking for base model ``name`` gets the model at ``path``
     (e.g. ``("Qwen/Qwen3-0.6B", "/models/qwen3-0.6b")``). Besides these, a base model may be

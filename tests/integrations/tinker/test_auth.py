@@ -19,10 +19,11 @@ from integrations.tinker import TinkerServer, TinkerServerConfig  # noqa: E402
 
 def test_tokens_by_hand(tmp_path):
     tokens = Tokens(b"k" * 32, org_id="lab", ttl_s=60)
-    token = tokens.mint("tml:user:ada", now=1000)
+    token = tokens.mint("tml:organization_user:ada", now=1000)
     assert looks_like_jwt(token) and not looks_like_jwt("tml-key")
     claims, why = tokens.check(token, now=1059)
-    assert why == "" and claims["sub"] == "tml:user:ada" and claims["org_id"] == "lab"
+    assert why == "" and claims["sub"] == "tml:organization_user:ada" and claims["org_id"] == "lab"
+    assert claims["email"] == "ada@skyrl.invalid"
     assert claims["exp"] - claims["iat"] == 60
     assert tokens.check(token, now=1060) == (None, "the token has expired")
     head, body, sig = token.split(".")
@@ -30,17 +31,16 @@ def test_tokens_by_hand(tmp_path):
         tokens.check(f"{head}.{body}.{sig[:-2]}AA", now=1000)[1]
         == "the token's signature is not this server's"
     )
-    other = Tokens(b"o" * 32, org_id="lab").mint("tml:user:ada", now=1000)
+    other = Tokens(b"o" * 32, org_id="lab").mint("tml:organization_user:ada", now=1000)
     assert tokens.check(other, now=1000)[1] == "the token's signature is not this server's"
     assert tokens.check("eyJ.not.json", now=1000)[1] == "the token is not a JWT"
     # one identity per key, never the key itself; any key is "local" where keys are not checked
-    assert key_user("tml-secret", True).startswith("tml:user:key-") and "secret" not in key_user(
-        "tml-secret", True
-    )
-    assert key_user("tml-secret", False) == "tml:user:local"
+    assert key_user("tml-secret", True).startswith("tml:organization_user:key-")
+    assert "secret" not in key_user("tml-secret", True)
+    assert key_user("tml-secret", False) == "tml:organization_user:local"
     # a durable server keeps its secret: tokens outlive a restart
     a = Tokens.for_server(str(tmp_path), "lab")
-    assert Tokens.for_server(str(tmp_path), "lab").check(a.mint("tml:user:x"))[1] == ""
+    assert Tokens.for_server(str(tmp_path), "lab").check(a.mint("tml:organization_user:x"))[1] == ""
     assert stat.S_IMODE(os.stat(tmp_path / "auth.key").st_mode) == 0o600
 
 
@@ -51,6 +51,10 @@ def test_the_client_trades_its_key_and_whoami_reads_the_token(tmp_path):
         client = tinker.ServiceClient(base_url=server.url, api_key="tml-a")
         me = client.create_rest_client().whoami().result()
         assert me.user_urn == key_user("tml-a", True) and me.org_urn == "tml:organization:local"
+        assert me.email and me.user_urn.startswith("tml:organization_user:")  # as Tinker's e2e asks
+        run = client.create_lora_training_client("tiny-random", rank=4).model_id
+        owner = client.create_rest_client().get_training_run(run).result().model_owner
+        assert owner.startswith("tml:organization_user:")
         client.create_rest_client().list_training_runs().result()  # requests go with the token
         routes = {(m, r) for m, r, code in server.state.requests if code < 400}
         assert ("POST", "/api/v1/auth/token") in routes
