@@ -16,6 +16,7 @@ OpenAI's error shape naming the field.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import threading
 from collections import OrderedDict
@@ -145,7 +146,10 @@ class OpenAISurface:
         if found is not None:
             self._apps.move_to_end(key)
             return found[0]
-        policy = ScheduledPolicy(self.samplers, self.scheduler, snap, base.tokenizer, _eos_ids(base))
+        # its own tokenizer: the app tokenizes on its thread while the sampler decodes on the
+        # worker's, and a fast tokenizer's settings are not safe to share across threads
+        tokenizer = copy.deepcopy(base.tokenizer)
+        policy = ScheduledPolicy(self.samplers, self.scheduler, snap, tokenizer, _eos_ids(base))
         config = ServerConfig(
             model_name=model,
             max_model_len=context_length(base.model) or 2048,
