@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["ConfigView", "config_get", "config_items", "parse_env_config"]
@@ -191,16 +191,17 @@ def add_setting_argument(parser: Any, name: str, hint: Any, doc: str, default: A
         parser.add_argument(flag, type=args[0], nargs="*", **kwargs)
 
 
-def given_fields(cls: type, args: Any) -> dict[str, Any]:
-    """The fields of the dataclass ``cls`` that a flag :func:`add_config_arguments` added was
-    given for (the others are left ``None`` by the parser); lists become tuples."""
+def given_fields(cls: type, args: Any, names: Iterable[str] | None = None) -> dict[str, Any]:
+    """The fields of the dataclass ``cls`` (or the settings ``names``, when given) that a flag
+    :func:`add_config_arguments` or :func:`add_setting_argument` added was given for (the others
+    are left ``None`` by the parser); lists become tuples."""
     import dataclasses
 
     values = {}
-    for f in dataclasses.fields(cls):
-        value = getattr(args, f.name, None)
+    for name in names if names is not None else (f.name for f in dataclasses.fields(cls)):
+        value = getattr(args, name, None)
         if value is not None:
-            values[f.name] = tuple(value) if isinstance(value, list) else value
+            values[name] = tuple(value) if isinstance(value, list) else value
     return values
 
 

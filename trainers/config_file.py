@@ -212,9 +212,7 @@ def resolve_train_config(cls: type, files: Sequence[str | os.PathLike[str]], giv
 def config_of_args(cls: type, args: Any) -> Any:
     """The config of parsed ``skyrl train`` arguments: their ``--config`` files (and, with
     ``--resume``, the run's saved config) under the flags given."""
-    given = {}
-    for name in settable_fields(cls):
-        value = getattr(args, name, None)
-        if value is not None:
-            given[name] = tuple(value) if isinstance(value, list) else value
+    from skyrl_gym.config import given_fields
+
+    given = given_fields(cls, args, settable_fields(cls))
     return resolve_train_config(cls, getattr(args, "config_files", None) or [], given)

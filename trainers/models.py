@@ -12,6 +12,7 @@ with LoRA, the trained model with its adapters switched off (no second copy).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
@@ -131,36 +132,23 @@ def reference_fn(cfg: TrainConfig, model: torch.nn.Module) -> ReferenceFn | None
     if cfg.algorithm.kl_coef <= 0:
         return None
     if cfg.model.lora_rank > 0:
-
-        def with_adapters_off(
-            ids: torch.Tensor, attn: torch.Tensor, prefix: int = 0, mask: torch.Tensor | None = None
-        ) -> torch.Tensor:
-            with model.disable_adapter():
-                return token_logprobs(
-                    model,
-                    ids,
-                    attn,
-                    bf16=cfg.model.bf16,
-                    prefix_len=prefix,
-                    mask_BT=mask,
-                    fused_head=cfg.optimizer.fused_head,
-                )[0]
-
-        return with_adapters_off
-    ref = copy.deepcopy(model).eval().requires_grad_(False)
+        scored, switch = model, model.disable_adapter  # the adapters off for the call
+    else:
+        scored, switch = copy.deepcopy(model).eval().requires_grad_(False), contextlib.nullcontext
 
     def reference(
         ids: torch.Tensor, attn: torch.Tensor, prefix: int = 0, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return token_logprobs(
-            ref,
-            ids,
-            attn,
-            bf16=cfg.model.bf16,
-            prefix_len=prefix,
-            mask_BT=mask,
-            fused_head=cfg.optimizer.fused_head,
-        )[0]
+        with switch():
+            return token_logprobs(
+                scored,
+                ids,
+                attn,
+                bf16=cfg.model.bf16,
+                prefix_len=prefix,
+                mask_BT=mask,
+                fused_head=cfg.optimizer.fused_head,
+            )[0]
 
     return reference
 

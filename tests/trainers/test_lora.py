@@ -120,3 +120,25 @@ def test_merged_weights_leave_the_training_model_alone():
     merged = merged_weights(model)
     assert all(k.endswith(".weight") and "lora" not in k and "base_layer" not in k for k in merged)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_the_kl_reference_is_the_starting_policy_with_lora_and_without():
+    """``reference_fn``: with LoRA, the trained model with its adapters off; without, a frozen
+    copy taken before training. Either way the logprobs of the model as it started."""
+    from trainers.models import reference_fn
+
+    batch = make_batch()
+    ids, attn = batch.input_ids_BT, batch.attention_mask_BT
+    assert reference_fn(TrainConfig(bf16=False), tiny_lm()) is None  # kl_coef 0: no reference
+    for rank in (0, 4):
+        model = lora_model(rank) if rank else tiny_lm()
+        start = copy.deepcopy(model)
+        ref = reference_fn(TrainConfig(kl_coef=0.1, lora_rank=rank, bf16=False), model)
+        train_a_few_steps(model)
+        base = start.get_base_model() if rank else start
+        with torch.no_grad():
+            want = token_logprobs(base, ids, attn)[0]
+            moved = token_logprobs(model, ids, attn)[0]
+            got = ref(ids, attn)
+        torch.testing.assert_close(got, want)
+        assert not torch.allclose(moved, want)  # training moved the policy away from it
