@@ -16,6 +16,17 @@ measured in the same run).
 
 Variants are ``[ckpt-]mbt<N>``: ``micro_batch_tokens=N``, with ``activation_checkpointing`` when
 prefixed ``ckpt-``.
+
+``--engine``: the sampler's memory. For each shape ``rows x context`` (``--rows``, ``--contexts``;
+shapes over ``--max-tokens`` tokens in flight are skipped) a fresh process loads the bundled model
+as the trainer does (bf16 autocast, the bf16 weight copy, the engine's defaults with
+``max_rows=rows``), warms up on one short request, then submits ``rows`` requests at once, each
+a distinct random prompt of ``context - --gen`` tokens generating ``--gen`` tokens. It prints the
+resident peak above the warmed-up size, that peak per token in flight, the KV the rows hold in
+theory (layers x 2 x kv heads x head size x bytes, per token), the engine's KV buffers and the
+prefix store after the run, and the seconds.
+
+    python bench/bench_memory.py --engine [--rows 1 8 32 64] [--contexts 512 1024 2048 4096 8192]
 """
 
 from __future__ import annotations
@@ -142,6 +153,115 @@ def worker(args: argparse.Namespace) -> None:
         )
 
 
+def engine_worker(args: argparse.Namespace) -> None:
+    """One engine shape in this process: one JSON line on stdout."""
+    import torch
+
+    from skyrl_agent.models import BUNDLED_MODEL
+    from skyrl_agent.policies.hf import EngineConfig, HFPolicy
+    from skyrl_agent.types import GenerateRequest, SamplingParams
+    from trainers.memory import PhasePeak, release_free_memory
+
+    torch.set_num_threads(args.threads)
+    rows, context = (int(x) for x in args.engine_worker.split("x"))
+    extra = json.loads(args.engine_config or "{}")
+    policy = HFPolicy.from_pretrained(
+        BUNDLED_MODEL,
+        max_batch_size=rows,
+        seed=args.seed,
+        autocast_bf16=True,
+        engine=EngineConfig(max_rows=rows, **extra),
+    )
+    engine = policy.engine
+    g = torch.Generator().manual_seed(args.seed)
+    params = SamplingParams(max_tokens=args.gen, temperature=1.0, ignore_eos=True, logprobs=True)
+    policy.generate_sync([GenerateRequest(prompt_ids=[1, 2, 3, 4], sampling=params)])
+    engine.clear_prefix_store()
+    release_free_memory()
+    requests = [
+        GenerateRequest(
+            prompt_ids=torch.randint(100, 40000, (context - args.gen,), generator=g).tolist(), sampling=params
+        )
+        for _ in range(rows)
+    ]
+    cfg = engine.model.config
+    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    per_token = cfg.num_hidden_layers * 2 * heads * head_dim * 2  # bf16 keys and values
+    start = time.perf_counter()
+    with PhasePeak(interval_s=0.005) as phase:
+        outs = policy.generate_sync(requests)
+    seconds = time.perf_counter() - start
+    assert all(len(o.token_ids) == args.gen for o in outs)
+    stats = engine.stats()
+    slots = engine._slots
+    buffers = sum(t.numel() * t.element_size() for t in (*slots.K, *slots.V))
+    print(
+        json.dumps(
+            {
+                "rows": rows,
+                "context": context,
+                "in_flight": rows * context,
+                "kv_per_token": per_token,
+                "before": phase.start,
+                "peak": phase.peak,
+                "after": phase.end,
+                "buffers": buffers,
+                "store": stats.prefix_store_bytes,
+                "prefills": stats.prefills,
+                "seconds": seconds,
+            }
+        ),
+        flush=True,
+    )
+    policy.close()
+
+
+def run_engine(args: argparse.Namespace) -> None:
+    shapes = [(r, c) for r in args.rows for c in args.contexts]
+    print(
+        f"engine: rows {args.rows} x contexts {args.contexts} (prompt = context - {args.gen}, {args.gen} "
+        f"generated), at most {args.max_tokens} tokens in flight, {args.threads} threads, bf16 autocast"
+        + (f", engine settings {args.engine_config}" if args.engine_config else "")
+    )
+    print(
+        f"{'rows':>5} {'context':>8} {'in flight':>10} {'peak above':>11} {'per token':>10} "
+        f"{'KV theory':>10} {'buffers':>9} {'store':>9} {'prefills':>9} {'seconds':>8}"
+    )
+    results = []
+    for rows, context in shapes:
+        if rows * context > args.max_tokens:
+            print(f"{rows:>5} {context:>8} {rows * context:>10}  skipped (over --max-tokens)")
+            continue
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--engine-worker",
+            f"{rows}x{context}",
+            f"--gen={args.gen}",
+            f"--threads={args.threads}",
+            f"--seed={args.seed}",
+        ]
+        if args.engine_config:
+            cmd.append(f"--engine-config={args.engine_config}")
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            print(f"{rows:>5} {context:>8}  failed ({out.returncode})\n{out.stderr[-2000:]}")
+            continue
+        r = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
+        results.append(r)
+        above = r["peak"] - r["before"]
+        print(
+            f"{rows:>5} {context:>8} {r['in_flight']:>10} {above / 1e9:>8.2f} GB {above / r['in_flight'] / 1e3:>7.1f} KB "
+            f"{r['kv_per_token'] / 1e3:>7.1f} KB {r['buffers'] / 1e9:>6.2f} GB {r['store'] / 1e9:>6.2f} GB "
+            f"{r['prefills']:>9} {r['seconds']:>8.1f}",
+            flush=True,
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": results}, f, indent=1)
+
+
 def run_trainer(args: argparse.Namespace) -> None:
     variants = args.variants or DEFAULT_VARIANTS
     for v in variants:
@@ -215,9 +335,14 @@ def _shape_flags(args: argparse.Namespace) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--trainer", action="store_true", help="the train step's memory (the only section so far)"
-    )
+    ap.add_argument("--trainer", action="store_true", help="the train step's memory")
+    ap.add_argument("--engine", action="store_true", help="the sampler's memory by rows and context")
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32, 64], help="--engine: rows at once")
+    ap.add_argument("--contexts", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
+    ap.add_argument("--gen", type=int, default=16, help="--engine: tokens generated per row")
+    ap.add_argument("--max-tokens", type=int, default=65536, help="--engine: skip shapes with more in flight")
+    ap.add_argument("--engine-config", default=None, help="--engine: EngineConfig fields as JSON")
+    ap.add_argument("--engine-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--variants", nargs="+", default=None, help=f"default: {' '.join(DEFAULT_VARIANTS)}")
     ap.add_argument("--groups", type=int, default=2)
     ap.add_argument("--group-size", type=int, default=8)
@@ -233,10 +358,14 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         worker(args)
+    elif args.engine_worker:
+        engine_worker(args)
     elif args.trainer:
         run_trainer(args)
+    elif args.engine:
+        run_engine(args)
     else:
-        ap.error("choose a section: --trainer")
+        ap.error("choose a section: --trainer or --engine")
 
 
 if __name__ == "__main__":

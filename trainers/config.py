@@ -373,9 +373,17 @@ class SamplerConfig:
     that is more): the evaluations' episodes share decode steps. The main job's evaluation (256
     episodes, 2 cores, bf16): 72.9 s with 32 rows, 64.0 s with 64, 72.6 s with 128
     (``bench/bench_generation.py --sections 1 --variants engine rows-64-cascade rows-128-cascade``)."""
+    memory_gb: float = field(default=0.0, metadata={"flag": "sampler_memory_gb"})
+    """One budget, in GB, for the sampler's KV (``EngineConfig.memory_bytes``): the running rows'
+    buffers, a prefill's copy of its newcomers' KV, and the prefix store, which gets what the
+    rows leave. Episodes wait for room; one that cannot fit alone fails with an error naming this
+    flag. It bounds the KV, not the sampler's other memory (weights, activations, the C heap):
+    ``python bench/bench_memory.py --engine`` shows both. 0: no budget (64k tokens in flight and
+    a 2 GB prefix store, each on its own)."""
 
     def __post_init__(self) -> None:
         _at_least(self, ("max_rows",), 1)
+        _at_least(self, ("memory_gb",), 0, " (0: no budget)")
         _at_least(self, ("cascade_min_tokens",), 0, " (0: off; 64 turns it on)")
 
 

@@ -164,7 +164,12 @@ def _sampler(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, dist: Dis
         max_batch_size=rows,
         seed=cfg.run.seed + 7919 * dist.rank,
         autocast_bf16=cfg.model.bf16,
-        engine=EngineConfig(max_rows=rows, cascade_min_tokens=cfg.sampler.cascade_min_tokens),
+        engine=EngineConfig(
+            max_rows=rows,
+            cascade_min_tokens=cfg.sampler.cascade_min_tokens,
+            memory_bytes=int(cfg.sampler.memory_gb * 1e9),
+            budget_name="--sampler-memory-gb",
+        ),
     )
 
 

@@ -200,7 +200,7 @@ def test_engine_with_cascade_samples_what_it_samples_without() -> None:
     on = HFPolicy(model, tok, autocast_bf16=True, engine=EngineConfig(max_rows=8, cascade_min_tokens=32))
     off = HFPolicy(model, tok, autocast_bf16=True, engine=EngineConfig(max_rows=8, cascade_min_tokens=0))
     try:
-        assert on.engine is not None and on.engine._cascade_on
+        assert on.engine is not None and on.engine.runner.cascade_on
         assert on.engine._run.config._attn_implementation == CASCADE
         assert model.config._attn_implementation == "sdpa"  # the trainer's module is not switched
         got = _three_turns(on, tok, prompts)
@@ -271,13 +271,13 @@ def test_a_row_running_alone_adopts_the_prefix_its_late_batch_shares() -> None:
             while engine.stats().decode_steps < 3:  # the first row is decoding, alone
                 time.sleep(0.001)
             widths = []
-            real = engine._decode_step
+            real = engine.runner.decode
 
             def spy() -> None:
                 widths.append(engine._slots.t)
                 real()
 
-            engine._decode_step = spy  # type: ignore[method-assign]
+            engine.runner.decode = spy  # type: ignore[method-assign]
             outs = [f.result(timeout=60) for f in [engine.submit(r) for r in late]]
             outs.append(fut.result(timeout=60))
             return outs, max(widths[1:]), engine.stats().cascade_rows_decoded

@@ -189,13 +189,13 @@ def test_next_turns_of_different_episodes_prefill_as_one_batch(tiny, tokenizer):
         )
         seconds = [_next_turn(p, o, tokenizer) for p, o in zip(firsts, outs1, strict=True)]
         calls = []
-        real = engine.engine._run_prefill
+        real = engine.engine.runner._run_prefill
 
         def spy(rows, tails, pasts, over_shared=False):
             calls.append((len(rows), len(pasts)))
             return real(rows, tails, pasts, over_shared)
 
-        engine.engine._run_prefill = spy
+        engine.engine.runner._run_prefill = spy
         before = engine.engine_stats()
         outs2 = engine.generate_sync([GenerateRequest(p, GREEDY) for p in seconds])
         assert calls == [(3, 3)]  # one batch, each row on its own past
@@ -379,6 +379,44 @@ def test_rows_and_tokens_in_flight_are_bounded(tiny, tokenizer):
     assert stats.requests == 10 and stats.peak_rows <= 3 and stats.peak_tokens_in_flight <= budget
 
 
+def test_one_byte_budget_bounds_the_buffers_and_the_store_and_changes_no_result(tiny, tokenizer):
+    """Under ``memory_bytes`` the rows' KV buffers plus the prefix store stay within the budget
+    after every request, fewer rows run at once, the tokens are those of an engine without a
+    budget, and a request that cannot fit alone fails naming the budget, the others unharmed."""
+    prompts = _prompts(tokenizer, 12)
+    reqs = [GenerateRequest(p, GREEDY.replace(max_tokens=8 + i)) for i, p in enumerate(prompts)]
+    free = HFPolicy(*tiny, seed=0, max_batch_size=8)
+    try:
+        want = free.generate_sync(reqs)
+        free_peak = free.engine_stats().peak_rows
+        per_token = free.engine._slots.bytes_per_token
+    finally:
+        free.close()
+    budget = 300 * per_token  # room for two or three of these rows and their prefill
+    cfg = EngineConfig(max_rows=8, memory_bytes=budget, budget_name="--sampler-memory-gb")
+    bounded = HFPolicy(*tiny, seed=0, engine=cfg)
+    try:
+        engine = bounded.engine
+        futures = [engine.submit(r) for r in reqs]
+        seen = 0
+        while not all(f.done() for f in futures):  # the buffers and the store, read while running
+            seen = max(seen, engine._slots.nbytes() + engine.store.nbytes)
+            time.sleep(0.0005)
+        got = [f.result() for f in futures]
+        too_long = GenerateRequest(list(range(5, 400)), GREEDY)
+        with pytest.raises(ConfigError, match="--sampler-memory-gb"):
+            engine.submit(too_long).result(timeout=60)
+        after = bounded.generate_sync(reqs[:2])  # the engine goes on
+        stats = bounded.engine_stats()
+    finally:
+        bounded.close()
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    assert [o.token_ids for o in after] == [o.token_ids for o in want[:2]]
+    assert 0 < seen <= budget and stats.peak_kv_bytes <= budget
+    assert stats.peak_rows < free_peak and stats.budget_waits > 0
+    assert stats.prefix_store_bytes <= budget
+
+
 def test_a_cancelled_request_frees_its_row_and_a_deadline_ends_one(tiny, tokenizer):
     engine = HFPolicy(*tiny, seed=0)
     try:
@@ -390,9 +428,9 @@ def test_a_cancelled_request_frees_its_row_and_a_deadline_ends_one(tiny, tokeniz
         out = engine.generate_sync([GenerateRequest(tokenizer.encode("Hi"), GREEDY.replace(max_tokens=3))])[0]
         assert len(out.token_ids) == 3
         deadline = time.monotonic() + 30
-        while engine.engine._rows and time.monotonic() < deadline:
+        while engine.engine.scheduler.running and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert not engine.engine._rows, "the cancelled row kept decoding"
+        assert not engine.engine.scheduler.running, "the cancelled row kept decoding"
         timed = engine.engine.submit(long, deadline_s=0.05)
         with pytest.raises(TimeoutError):
             timed.result(timeout=60)
@@ -458,20 +496,20 @@ def test_a_prefix_stored_by_one_newcomer_cannot_evict_what_another_was_promised(
 
 
 def test_next_turn_batches_split_where_padding_costs_more_than_a_pass():
-    from skyrl_agent.policies._engine import _PASS_COST_POSITIONS, _split_by_length
+    from skyrl_agent.policies._scheduler import PASS_COST_POSITIONS, split_by_length
 
     lengths = [17, 110, 25, 90, 17, 100, 76, 26]
-    parts = _split_by_length(list(range(8)), lengths)
+    parts = split_by_length(list(range(8)), lengths)
     assert sorted(i for p in parts for i in p) == list(range(8))  # every row, once
     assert [sorted(lengths[i] for i in p) for p in parts] == [[17, 17, 25, 26], [76, 90, 100, 110]]
 
     def cost(ps: list[list[int]]) -> int:
-        return sum(_PASS_COST_POSITIONS + len(p) * max(lengths[i] for i in p) for p in ps)
+        return sum(PASS_COST_POSITIONS + len(p) * max(lengths[i] for i in p) for p in ps)
 
     assert cost(parts) < cost([list(range(8))])  # 4 * 26 + 4 * 110 + 2 passes < 8 * 110 + 1
     # similar lengths stay one batch; nothing and one row pass through
-    assert _split_by_length(list("abc"), [76, 78, 80]) == [list("abc")]
-    assert _split_by_length([], []) == [] and _split_by_length(["x"], [5]) == [["x"]]
+    assert split_by_length(list("abc"), [76, 78, 80]) == [list("abc")]
+    assert split_by_length([], []) == [] and split_by_length(["x"], [5]) == [["x"]]
 
 
 @pytest.mark.parametrize("scheduler", ["continuous", "static"])

@@ -182,7 +182,7 @@ def test_engine_with_matmul_attention_matches_sdpa_engine() -> None:
         plain.close()
     fast = HFPolicy(model, tok, fast_decode_attention=True)
     try:
-        assert fast.engine is not None and fast.engine._full_width_decode
+        assert fast.engine is not None and fast.engine.runner._full_width_decode
         got = _greedy(fast, prompts)
     finally:
         fast.close()

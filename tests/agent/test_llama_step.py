@@ -72,7 +72,7 @@ def _outputs(model: torch.nn.Module, tok: object, lean_step: bool, bf16: bool) -
             for i, t in enumerate([0.0, 0.8, 1.0, 0.8, 0.0, 1.2])  # six requests, four rows: joins
         ]
         outs = policy.generate_sync(reqs)
-        used = policy.engine._step is not None
+        used = policy.engine.runner._step is not None
     finally:
         policy.close()
     return [(o.token_ids, o.logprobs) for o in outs], used
