@@ -84,23 +84,26 @@ class Slots:
         self.cache: Any = None  # a transformers Cache whose layers are views of these buffers
         self.full_width = False  # during a decode step: attention reads every column (see write)
 
-    def plan(self, rows: int, length: int) -> tuple[int, int]:
+    def plan(self, rows: int, length: int, fresh: bool = False) -> tuple[int, int]:
         """The rows and columns :meth:`ensure` would allocate for ``rows`` rows and ``length``
-        columns: rows doubling up to ``max_rows`` (every growth copies), columns to 128, doubling
-        to 512, then in steps of 256 (full-width decode reads them all)."""
-        if rows <= self.cap_rows and length <= self.cap_len:
-            return self.cap_rows, self.cap_len
-        new_rows = max(rows, self.cap_rows, 1)
-        if rows > self.cap_rows:
-            new_rows = max(rows, min(2 * self.cap_rows, self.max_rows))
-        new_len = max(self.cap_len, 128)
+        columns (``fresh``: starting from empty buffers): rows doubling up to ``max_rows``
+        (every growth copies), columns to 128, doubling to 512, then in steps of 256 (full-width
+        decode reads them all)."""
+        cap_rows, cap_len = (0, 0) if fresh else (self.cap_rows, self.cap_len)
+        if rows <= cap_rows and length <= cap_len:
+            return cap_rows, cap_len
+        new_rows = max(rows, cap_rows, 1)
+        if rows > cap_rows:
+            new_rows = max(rows, min(2 * cap_rows, self.max_rows))
+        new_len = max(cap_len, 128)
         while new_len < length:
             new_len = new_len * 2 if new_len < 512 else new_len + 256
         return new_rows, new_len
 
-    def planned_bytes(self, rows: int, length: int) -> int:
-        """Bytes of the buffers once they hold ``rows`` rows of ``length`` columns."""
-        cap_rows, cap_len = self.plan(rows, length)
+    def planned_bytes(self, rows: int, length: int, fresh: bool = False) -> int:
+        """Bytes of the buffers once they hold ``rows`` rows of ``length`` columns (``fresh``:
+        if they were allocated for them from empty)."""
+        cap_rows, cap_len = self.plan(rows, length, fresh)
         return cap_rows * cap_len * self.bytes_per_token
 
     def ensure(self, rows: int, length: int) -> None:

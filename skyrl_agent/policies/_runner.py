@@ -96,7 +96,9 @@ class ModelRunner:
         """Bytes the prefix store may hold now under the byte budget (None: no budget)."""
         if not self.config.memory_bytes:
             return None
-        return self.config.memory_bytes - max(self.reserved, self.slots.nbytes())
+        # the running rows' buffers may still grow to their longest row's budget
+        held = max(self.reserved, self.slots.nbytes(), self.sched.kv_bytes(self.sched.running))
+        return self.config.memory_bytes - held
 
     # ------------------------------------------------------------------ prefill
     def prefill(self, rows: list[Row]) -> None:

@@ -82,13 +82,14 @@ class Scheduler:
 
     Args:
         config: the engine's settings.
-        buffer_bytes: ``buffer_bytes(rows, length)``: the bytes the running rows' KV buffers take
-            for ``rows`` rows of up to ``length`` columns.
+        buffer_bytes: ``buffer_bytes(rows, length, fresh)``: the bytes the running rows' KV
+            buffers take for ``rows`` rows of up to ``length`` columns (``fresh``: allocated for
+            them from empty, not grown from the buffers there are now).
         bytes_per_token: bytes of KV one token takes (every layer's keys and values).
     """
 
     def __init__(
-        self, config: EngineConfig, buffer_bytes: Callable[[int, int], int], bytes_per_token: int
+        self, config: EngineConfig, buffer_bytes: Callable[[int, int, bool], int], bytes_per_token: int
     ) -> None:
         self.config = config
         self.buffer_bytes = buffer_bytes
@@ -104,15 +105,16 @@ class Scheduler:
         """Rows to decode, or newcomers that may join (not while a weight update waits)."""
         return bool(self.running or (self.waiting and not updates_waiting))
 
-    def kv_bytes(self, rows: Sequence[Row], newcomers: Sequence[Row] = ()) -> int:
+    def kv_bytes(self, rows: Sequence[Row], newcomers: Sequence[Row] = (), fresh: bool = False) -> int:
         """Bytes of KV ``rows`` (the batch after admission) may take at their longest: the
         buffers at the longest row's budget (plus the columns compaction may leave in front),
-        and ``newcomers``' KV once more while their prefill moves it into the buffers."""
+        and ``newcomers``' KV once more while their prefill moves it into the buffers.
+        ``fresh``: in buffers allocated for them alone (whether a request can ever fit)."""
         if not rows:
             return 0
         width = max(r.budget() for r in rows) + self.config.compact_every
         copy = len(newcomers) * max((len(r.prompt) for r in newcomers), default=0) * self.bytes_per_token
-        return self.buffer_bytes(len(rows), width) + copy
+        return self.buffer_bytes(len(rows), width, fresh) + copy
 
     def admit(self, *, updates_waiting: bool) -> Admission:
         """Waiting rows that fit, in arrival order (a row that does not fit waits for room;
@@ -132,7 +134,7 @@ class Scheduler:
             if row.future.cancelled():
                 self.waiting.popleft()
                 continue
-            if cfg.memory_bytes and (alone := self.kv_bytes([row], [row])) > cfg.memory_bytes:
+            if cfg.memory_bytes and (alone := self.kv_bytes([row], [row], fresh=True)) > cfg.memory_bytes:
                 self.waiting.popleft()
                 refused.append((row, self._too_big(row, alone)))
                 continue

@@ -15,7 +15,7 @@ from skyrl_gym.errors import ConfigError
 BYTES_PER_TOKEN = 100
 
 
-def _buffer_bytes(rows: int, length: int) -> int:
+def _buffer_bytes(rows: int, length: int, fresh: bool = False) -> int:
     return rows * length * BYTES_PER_TOKEN
 
 
@@ -126,3 +126,25 @@ def test_a_request_that_cannot_fit_alone_is_refused_with_the_budget_named():
 def test_memory_bytes_must_not_be_negative():
     with pytest.raises(ConfigError, match="memory_bytes"):
         EngineConfig(memory_bytes=-1)
+
+
+def test_a_request_waits_for_room_the_buffers_hold_now_instead_of_being_refused():
+    """Whether a request can ever fit is judged on buffers allocated for it alone; buffers grown
+    by an earlier batch only make it wait."""
+    held = {"bytes": 0}
+
+    def grown(rows: int, length: int, fresh: bool = False) -> int:
+        need = rows * length * BYTES_PER_TOKEN
+        return need if fresh else max(need, held["bytes"])
+
+    s = Scheduler(EngineConfig(memory_bytes=1000 * BYTES_PER_TOKEN, compact_every=0), grown, BYTES_PER_TOKEN)
+    s.running = [_row(10, 10)]
+    row = _row(20, 10)  # alone: 30 columns + 20 for its prefill
+    s.waiting.append(row)
+    held["bytes"] = 990 * BYTES_PER_TOKEN  # an earlier, larger batch left the buffers this big
+    got = s.admit(updates_waiting=False)
+    assert got.rows == [] and not got.refused and list(s.waiting) == [row] and s.budget_waits == 1
+    held["bytes"] = 900 * BYTES_PER_TOKEN
+    s.since_admit = 1
+    got = s.admit(updates_waiting=False)
+    assert got.rows == [row] and got.reserved == 920 * BYTES_PER_TOKEN
