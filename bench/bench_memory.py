@@ -184,18 +184,14 @@ def engine_worker(args: argparse.Namespace) -> None:
         )
         for _ in range(rows)
     ]
-    cfg = engine.model.config
-    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    per_token = cfg.num_hidden_layers * 2 * heads * head_dim * 2  # bf16 keys and values
+    per_token = engine._slots.bytes_per_token  # keys and values in the engine's KV dtype (bf16 here)
     start = time.perf_counter()
     with PhasePeak(interval_s=0.005) as phase:
         outs = policy.generate_sync(requests)
     seconds = time.perf_counter() - start
     assert all(len(o.token_ids) == args.gen for o in outs)
     stats = engine.stats()
-    slots = engine._slots
-    buffers = sum(t.numel() * t.element_size() for t in (*slots.K, *slots.V))
+    buffers = engine._slots.nbytes()
     print(
         json.dumps(
             {

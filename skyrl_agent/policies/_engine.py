@@ -48,7 +48,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from skyrl_agent._openmp import release_openmp_workers
 from skyrl_agent.policies._attention import ATTENTION
-from skyrl_agent.policies._cascade import SharedPrefix, use_cascade_attention
+from skyrl_agent.policies._cascade import use_cascade_attention
 from skyrl_agent.policies._engine_config import EngineConfig, EngineStats
 from skyrl_agent.policies._kv import PrefixStore, Slots
 from skyrl_agent.policies._lean import LeanCopy
@@ -331,17 +331,6 @@ class InferenceEngine:
         """Changes whenever a parameter is replaced, modified in place (its version counter) or
         stepped by an optimizer, and on :meth:`weights_changed`."""
         return hash((self._external_changes, tuple((id(p), p._version) for p in self.model.parameters())))
-
-    # ------------------------------------------------------------------ views of the parts
-    @property
-    def _shared(self) -> SharedPrefix | None:
-        """The shared prefix rows read from one copy (the runner's)."""
-        return self.runner.shared
-
-    @property
-    def _weights_key(self) -> int:
-        """The weights rows are admitted under."""
-        return self.runner.weights_key
 
 
 def _watch_optimizer_steps(engine: InferenceEngine) -> Any:

@@ -75,6 +75,8 @@ class Slots:
     ) -> None:
         self.layers, self.heads, self.head_dim, self.max_rows = layers, heads, head_dim, max_rows
         self.dtype, self.device = dtype, device
+        #: Bytes of keys and values one token takes over every layer.
+        self.bytes_per_token = layers * 2 * heads * head_dim * torch.empty((), dtype=dtype).element_size()
         self.K: list[torch.Tensor] = []
         self.V: list[torch.Tensor] = []
         self.valid = torch.zeros((0, 0), dtype=torch.bool, device=device)
@@ -123,11 +125,6 @@ class Slots:
             valid[:B, :t] = self.valid[:B, :t]
         self.K, self.V, self.valid, self.cap_rows, self.cap_len = K, V, valid, new_rows, new_len
         self.cache = None
-
-    @property
-    def bytes_per_token(self) -> int:
-        """Bytes of keys and values one token takes over every layer."""
-        return self.layers * 2 * self.heads * self.head_dim * torch.empty((), dtype=self.dtype).element_size()
 
     def nbytes(self) -> int:
         """Bytes the key and value buffers hold (allocated, not only used)."""

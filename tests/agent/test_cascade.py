@@ -228,13 +228,13 @@ def test_a_weight_update_drops_the_shared_prefix() -> None:
     policy = HFPolicy(model, tok, autocast_bf16=True, engine=EngineConfig(cascade_min_tokens=32))
     try:
         policy.generate_sync([GenerateRequest(p, GREEDY) for p in prompts])
-        assert policy.engine is not None and policy.engine._shared is not None
-        old = policy.engine._shared
+        assert policy.engine is not None and policy.engine.runner.shared is not None
+        old = policy.engine.runner.shared
         state = {k: v + 0.05 * torch.randn_like(v) for k, v in model.state_dict().items()}
         policy.update_weights(state)
-        assert policy.engine._shared is None
+        assert policy.engine.runner.shared is None
         got = policy.generate_sync([GenerateRequest(p, GREEDY) for p in prompts])
-        assert policy.engine._shared is not None and policy.engine._shared.version != old.version
+        assert policy.engine.runner.shared is not None and policy.engine.runner.shared.version != old.version
     finally:
         policy.close()
     fresh = HFPolicy(model, tok, autocast_bf16=True, engine=EngineConfig(cascade_min_tokens=0))

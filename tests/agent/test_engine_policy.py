@@ -284,7 +284,7 @@ def test_an_optimizer_step_on_the_sampled_module_invalidates_stored_prefixes(tin
         other(torch.ones(1, 2)).sum().backward()
         unrelated.step()
         key = engine.engine._current_weights_key()
-        assert key == engine.engine._weights_key  # weights of this engine untouched
+        assert key == engine.engine.runner.weights_key  # weights of this engine untouched
         optimizer = make_optimizer(model.parameters())
         model.train()
         model(torch.tensor([p2]), labels=torch.tensor([p2])).loss.backward()
@@ -311,7 +311,7 @@ def test_weights_changed_covers_writes_no_version_counter_sees(tiny, tokenizer):
         p2 = _next_turn(p1, out1, tokenizer)
         for p in model.parameters():
             p.data.add_(0.01)
-        assert engine.engine._current_weights_key() == engine.engine._weights_key  # unseen
+        assert engine.engine._current_weights_key() == engine.engine.runner.weights_key  # unseen
         version = engine.weights_version
         engine.weights_changed()
         assert engine.weights_version == version + 1
