@@ -345,6 +345,10 @@ class Trajectory:
     """``RolloutConfig.context_strategy`` of the episode."""
     context_rewrites: int = 0
     """How often the strategy rewrote the history (``len(segments)``)."""
+    policy_version: int | None = None
+    """The version of the weights that sampled the episode: the trainer's updates finished when
+    its batch started (``skyrl train``), or the version a Ray worker had loaded; None when not
+    known (files from before it was recorded, episodes played outside a trainer)."""
     turns: list[Turn] = field(default_factory=list)
     """One record per turn the env answered (see :class:`Turn`; ``turn_rewards`` are their
     rewards). Empty for episodes recorded before turns were, or played outside the runtime

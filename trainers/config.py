@@ -416,6 +416,25 @@ class RunConfig:
     """Under torchrun: shard the model with FSDP2 instead of replicating it (None: on with NCCL,
     off with gloo; --fsdp on gloo runs the GPU code path on CPU, as the tests do). With FSDP2 the
     logprobs take the full-logits path, and a critic or a KL reference is not supported yet."""
+    ray_address: str | None = None
+    """Play the training and evaluation rollouts on Ray workers (:mod:`trainers.ray_sampler`):
+    ``auto`` (the cluster this machine has joined), a cluster's address (``host:6379``), or
+    ``local`` (start a cluster in this process). Each worker holds a copy of the sampler and
+    loads the trained weights after every update (versioned; every episode records its
+    ``policy_version``). The trainer stays in this process. None: the sampler runs here."""
+    ray_workers: int = 2
+    """Rollout workers on the Ray cluster (with ``ray_address``)."""
+    ray_cpus_per_worker: float = 1.0
+    """CPUs each Ray rollout worker reserves (its bundle in the workers' placement group; its
+    torch threads)."""
+    ray_gpus_per_worker: float = 0.0
+    """GPUs each Ray rollout worker reserves (its sampler runs on the GPU when it has one)."""
+    ray_memory_per_worker_gb: float = 0.0
+    """Memory each Ray rollout worker reserves, in GB (0: none reserved)."""
+    ray_max_restarts: int = 3
+    """How often Ray may restart a lost rollout worker (its process killed, its node gone); the
+    episodes it was playing are played again on the restarted worker, and counted
+    (``ray_workers_restarted``, ``ray_episodes_replayed`` in the metrics). 0: they are masked."""
     run_dir: str = "runs/calculator"
     """Where metrics, trajectories, checkpoints and plots go."""
     checkpoint_every: int = 5
@@ -435,6 +454,11 @@ class RunConfig:
     def __post_init__(self) -> None:
         _at_least(self, ("steps", "prompts_per_step", "checkpoint_every", "keep_checkpoints"), 1)
         _at_least(self, ("async_staleness",), 0, " (0: synchronous)")
+        _at_least(self, ("ray_workers",), 1)
+        _at_least(self, ("ray_cpus_per_worker", "ray_gpus_per_worker", "ray_memory_per_worker_gb"), 0)
+        _at_least(self, ("ray_max_restarts",), 0, " (0: a lost worker's episodes are masked)")
+        if self.ray_address is not None and not str(self.ray_address).strip():
+            raise ConfigError("ray_address is empty: give auto, local or a cluster's address (host:port)")
         names = tuple(n.strip() for item in self.report_to for n in str(item).split(",") if n.strip())
         object.__setattr__(self, "report_to", tuple(n for n in names if n != "none"))
         unknown = [n for n in self.report_to if n not in ("tensorboard", "wandb", "mlflow")]

@@ -54,8 +54,9 @@ from trainers.evaluation import EvalResult, evaluate
 from trainers.memory import GB, PhasePeak, release_if_above, rss_bytes, state_bytes
 from trainers.metrics import MetricsLogger, plot_metrics
 from trainers.models import Learner, build_learner
+from trainers.ray_sampler import RaySampler
 from trainers.resume import RunFiles, open_run, restore, save
-from trainers.rollouts import by_turn, rollout_metrics, rollout_step, select_trainable
+from trainers.rollouts import by_turn, check_staleness, rollout_metrics, rollout_step, select_trainable
 from trainers.rows import count_rows, training_rows
 from trainers.shaping import is_truncated, shape_overlong
 from trainers.step import train_step
@@ -131,7 +132,7 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
     )
     learner = build_learner(cfg, dist)
     start_step, baseline = restore(run, learner, sampler, say)
-    learner.sync_sampler()  # the sampler starts from the (possibly resumed) trained weights
+    learner.sync_sampler(start_step)  # the sampler starts from the (possibly resumed) trained weights
     logger = (
         MetricsLogger(run.path, trackers=open_trackers(cfg.run.report_to, run.path, cfg.as_settings()))
         if dist.is_main
@@ -154,6 +155,7 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
             with PhasePeak() as rollout_mem:
                 rb = rollouts.get(step) if rollouts is not None else produce(step, step - 1)
             wait_s = time.perf_counter() - t_step
+            check_staleness(rb.trajectories, step, cfg.run.async_staleness)
             sampler_state = rb.sampler_state
             if dist.is_main:
                 run.append_trajectories(step, rb.trajectories)
@@ -170,6 +172,8 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
                 rb, [t for t in rb.trajectories if not t.masked], flat, step=step, wait_s=wait_s
             )
             metrics.update(shaping)
+            if isinstance(learner.policy, RaySampler):
+                metrics.update(learner.policy.counts.as_metrics())
             no_loss = [is_truncated(t) for t in trainable] if cfg.algorithm.overlong_filter else []
             if cfg.algorithm.overlong_filter:
                 metrics["overlong_filtered"] = sum(no_loss)
@@ -178,9 +182,10 @@ def _train(cfg: TrainConfig, dist: DistContext) -> TrainResult:
                     left_out = (
                         [t for t in good if t.group_id in flat] if cfg.algorithm.counts_flat_groups else []
                     )
-                    metrics.update(_update(learner, trainable, no_loss, left_out))
+                    metrics.update(_update(learner, trainable, no_loss, left_out, version=step))
                 else:  # every group flat: no signal, no update (the schedule follows optimizer updates)
                     metrics["skipped_update"] = 1
+                    learner.unchanged(step)
             metrics = {**_memory_metrics(learner, rollout_mem.peak, train_mem.peak), **metrics}
             if rollouts is not None:
                 rollouts.publish(step)
@@ -247,6 +252,11 @@ def _supported_at_scale(cfg: TrainConfig, dist: DistContext) -> TrainConfig:
     """``cfg`` as this launch can run it: refuses (:class:`ConfigError`) what data parallelism
     and FSDP2 do not support yet; FSDP2 turns the fused head off (it reads the decoder and head
     weights directly, which FSDP2 gathers only inside forward)."""
+    if dist.enabled and cfg.run.ray_address is not None:
+        raise ConfigError(
+            "--ray-address runs the trainer in one process and the rollouts on Ray workers; trainer "
+            "ranks inside Ray are not built yet: launch it without torchrun"
+        )
     if dist.enabled and cfg.run.async_staleness > 0:
         raise ConfigError(
             "asynchronous mode (--async-staleness > 0) does not run under torchrun yet: "
@@ -284,11 +294,13 @@ def _update(
     trainable: list[Trajectory],
     no_loss: list[bool] | None = None,
     left_out: list[Trajectory] | None = None,
+    version: int | None = None,
 ) -> dict[str, Any]:
-    """collate -> (critic values) -> advantages -> :func:`train_step` -> weights to the sampler;
-    the step's training metrics. Rows flagged in ``no_loss`` (overlong filtering) keep their
-    reward in their group's baseline but train no token; ``left_out`` (equal-reward groups that
-    still count in the loss's mean) scale the loss by :func:`kept_share`."""
+    """collate -> (critic values) -> advantages -> :func:`train_step` -> weights to the sampler
+    (as ``version``, the steps finished after it); the step's training metrics. Rows flagged in
+    ``no_loss`` (overlong filtering) keep their reward in their group's baseline but train no
+    token; ``left_out`` (equal-reward groups that still count in the loss's mean) scale the loss
+    by :func:`kept_share`."""
     cfg, dist = learner.cfg, learner.dist
     # one row per episode, or several (each turn, or each stretch of a rewritten history)
     rows = training_rows(trainable, cfg.algorithm.step_wise)
@@ -356,7 +368,7 @@ def _update(
         metrics["loss_weight"] = batch.loss_weight
     if per_step:
         metrics["samples_per_episode"] = len(rows.rows) / len(trainable)
-    sync_s = learner.sync_sampler()  # in flight: lands between the sampler's batches
+    sync_s = learner.sync_sampler(version)  # in flight: lands between the sampler's batches
     if sync_s is not None:
         metrics["sync_seconds"] = sync_s
     return metrics

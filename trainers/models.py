@@ -29,6 +29,7 @@ from trainers.critic import ValueHead
 from trainers.distributed import DistContext, full_state_dict, shard_model_fsdp2
 from trainers.logprobs import token_logprobs
 from trainers.lora import apply_lora, merged_weights
+from trainers.ray_sampler import RaySampler
 
 __all__ = ["Learner", "build_learner", "build_model", "reference_fn", "weights_for_sampler"]
 
@@ -65,15 +66,27 @@ class Learner:
     ref_fn: ReferenceFn | None
     """Logprobs under the frozen reference, for the KL term (``None`` when ``kl_coef`` is 0)."""
 
-    def sync_sampler(self) -> float | None:
-        """Push the trained weights to the sampler's own copy; the seconds it took, or ``None``
-        when the sampler wraps the trained module (nothing to push). In asynchronous mode the
-        update lands in flight, between the sampler's batches."""
-        if self.rollout_model is None:  # the engine sees the optimizer's steps itself
+    def sync_sampler(self, version: int | None = None) -> float | None:
+        """Push the trained weights to the sampler's own copy (or to the Ray workers, as
+        ``version``: the trainer's steps finished); the seconds it took, or ``None`` when the
+        sampler wraps the trained module (nothing to push). In asynchronous mode the update
+        lands in flight, between the sampler's batches."""
+        remote = isinstance(self.policy, RaySampler)
+        if self.rollout_model is None and not remote:  # the engine sees the optimizer's steps itself
             return None
         start = time.perf_counter()
-        self.policy.update_weights(weights_for_sampler(self.cfg.model, self.model, self.dist))
+        weights = weights_for_sampler(self.cfg.model, self.model, self.dist)
+        if remote:
+            self.policy.update_weights(weights, version)
+        else:
+            self.policy.update_weights(weights)
         return time.perf_counter() - start
+
+    def unchanged(self, version: int) -> None:
+        """A step ended without an update: the sampler's weights are also those of ``version``
+        (Ray workers record it on their next episodes; a local sampler needs nothing)."""
+        if isinstance(self.policy, RaySampler):
+            self.policy.relabel(version)
 
     def close(self) -> None:
         """Stop the samplers' engines."""
@@ -91,7 +104,9 @@ def build_model(cfg: TrainConfig, dist: DistContext) -> tuple[torch.nn.Module, A
     from skyrl_agent.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(cfg.model.path)
-    separate = dist.fsdp or cfg.run.async_staleness > 0 or (cfg.model.lora_rank > 0 and cfg.model.lora_merge)
+    separate = cfg.run.ray_address is None and (
+        dist.fsdp or cfg.run.async_staleness > 0 or (cfg.model.lora_rank > 0 and cfg.model.lora_merge)
+    )  # Ray workers hold their own copies
     rollout_model = copy.deepcopy(model).eval().requires_grad_(False) if separate else None
     if cfg.model.lora_rank > 0:
         model = apply_lora(
@@ -154,9 +169,12 @@ def reference_fn(cfg: TrainConfig, model: torch.nn.Module) -> ReferenceFn | None
 
 
 def _sampler(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, dist: DistContext) -> Any:
-    """An ``HFPolicy`` over ``model``, seeded per rank, batching a whole step's episodes."""
+    """An ``HFPolicy`` over ``model``, seeded per rank, batching a whole step's episodes; with
+    ``ray_address``, the Ray workers (:class:`~trainers.ray_sampler.RaySampler`) instead."""
     from skyrl_agent.policies.hf import EngineConfig, HFPolicy
 
+    if cfg.run.ray_address is not None:
+        return RaySampler(cfg, tokenizer)
     rows = max(cfg.run.prompts_per_step * cfg.rollout.n_samples, cfg.sampler.max_rows)
     return HFPolicy(
         model,
@@ -207,7 +225,9 @@ def build_learner(cfg: TrainConfig, dist: DistContext) -> Learner:
     model, tokenizer, rollout_model = build_model(cfg, dist)
     sampled = rollout_model if rollout_model is not None else model
     policy = _sampler(cfg, sampled, tokenizer, dist)
-    eval_policy = _sampler(cfg, sampled, tokenizer, dist) if cfg.run.async_staleness > 0 else policy
+    # asynchronous mode evaluates on a second local sampler; Ray workers serve both threads
+    second = cfg.run.async_staleness > 0 and cfg.run.ray_address is None
+    eval_policy = _sampler(cfg, sampled, tokenizer, dist) if second else policy
     critic: ValueHead | None = None
     if cfg.algorithm.advantage == "gae":
         critic = ValueHead(int(model.config.hidden_size)).to(dist.device)

@@ -28,6 +28,7 @@ from trainers.async_rollouts import RolloutBatch
 from trainers.config import AlgorithmConfig, TrainConfig, parse_env_config
 from trainers.data import PromptSampler
 from trainers.distributed import SINGLE, DistContext
+from trainers.ray_sampler import RaySampler
 from trainers.shaping import shape_overlong
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "select_trainable",
     "rollout_metrics",
     "check_not_all_failed",
+    "check_staleness",
+    "episode_staleness",
 ]
 
 
@@ -58,12 +61,12 @@ def play(
     ids count over the whole list, so they are the same on every rank."""
     mine = dist.shard(len(items))
     config = dataclasses.replace(rollout, n_samples=n_samples, seed=seed)
-    engine = RolloutEngine(policy, config, progress=progress, progress_every_s=progress_every_s)
-    own = (
-        engine.run_sync(with_env_config(items[mine], parse_env_config(env_config))).trajectories
-        if items[mine]
-        else []
-    )
+    shard = with_env_config(items[mine], parse_env_config(env_config))
+    if isinstance(policy, RaySampler):  # the Ray workers play them (one trainer process)
+        own = policy.play(shard, config) if shard else []
+    else:
+        engine = RolloutEngine(policy, config, progress=progress, progress_every_s=progress_every_s)
+        own = engine.run_sync(shard).trajectories if shard else []
     for t in own:  # group ids over the whole list, not this rank's shard
         t.group_id += mine.start
     trajs = [t for part in dist.all_gather_objects(own) for t in part]
@@ -128,6 +131,8 @@ def rollout_step(
         )
         for t in new:  # group ids unique over the step's rounds
             t.group_id += drawn
+            if t.policy_version is None:  # the local sampler holds the weights of `version`
+                t.policy_version = version
         trajs += new
         drawn, rounds = drawn + k, rounds + 1
         if not dynamic:
@@ -224,4 +229,23 @@ def rollout_metrics(
         "wait_seconds": wait_s,
         "policy_version": rb.policy_version,
         "staleness": (step - 1) - rb.policy_version,
+        "episode_staleness_max": episode_staleness(trajs, step),
     }
+
+
+def episode_staleness(trajs: Sequence[Trajectory], step: int) -> int:
+    """The most updates any of ``trajs`` lags behind the weights step ``step`` trains (its
+    ``policy_version`` against ``step - 1``); 0 when none records a version."""
+    return max(((step - 1) - t.policy_version for t in trajs if t.policy_version is not None), default=0)
+
+
+def check_staleness(trajs: Sequence[Trajectory], step: int, bound: int) -> None:
+    """Raise when an episode of step ``step`` was sampled by weights more than ``bound`` updates
+    old (``async_staleness``; 0 when synchronous): with Ray workers each records the version it
+    loaded, so the bound is checked per episode, not only per batch."""
+    worst = episode_staleness(trajs, step)
+    if worst > bound:
+        raise RuntimeError(
+            f"an episode of step {step} was sampled {worst} updates behind (bound {bound}): "
+            "the sampler's weights did not follow the updates"
+        )

@@ -1,0 +1,251 @@
+"""Training with its rollouts on Ray workers (``skyrl train --ray-address``), on a simulated
+cluster of three one-CPU nodes on 127.0.0.1: versioned weights reach the workers, a killed
+worker and a removed node are survived with every episode played exactly once, and a worker
+group the cluster cannot hold fails at once with what is missing."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+import skyrl_gym
+from skyrl_agent.types import RolloutConfig
+from skyrl_gym.errors import ConfigError
+from tests.agent.envs import echo_items
+from tests.ray_cluster import loopback_cluster
+
+pytestmark = pytest.mark.slow  # the cluster starts in about 6 s; the module takes about a minute
+
+ray = pytest.importorskip("ray", reason="the `ray` extra is not installed: pip install -e '.[ray]'")
+
+ECHO = "test-agent-echo"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if ray.is_initialized():
+        pytest.skip("another Ray instance is connected in this process")
+    with loopback_cluster(nodes=3, cpus_per_node=1) as c:
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def _echo_env():
+    skyrl_gym.register(ECHO, "tests.agent.envs:EchoEnv")
+    yield
+    skyrl_gym.deregister(ECHO)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from skyrl_agent.models import tiny_random_model
+
+    path = tmp_path_factory.mktemp("tiny-model")
+    model, tok = tiny_random_model(hidden_size=32, num_layers=1)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def _engine(model_dir, config, **ray_kw):
+    from skyrl_agent.ray_engine import RayConfig, RayRolloutEngine
+    from trainers.ray_sampler import worker_sampler
+
+    factory = functools.partial(worker_sampler, str(model_dir), False, 16, 0, 0, 0, 1)
+    return RayRolloutEngine(factory, config, RayConfig(num_workers=2, **ray_kw))
+
+
+def _pids(engine):
+    return [ray.get(a.__ray_call__.remote(lambda self: os.getpid()), timeout=60) for a in engine._actors]
+
+
+def _nodes(engine):
+    return [
+        ray.get(a.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()), timeout=60)
+        for a in engine._actors
+    ]
+
+
+def test_skyrl_train_on_a_three_node_cluster(cluster, model_dir, tmp_path, capsys):
+    """Two steps of the calculator through the command line, rollouts and evaluations on two
+    workers: every episode records the weights it was sampled with (the trainer's steps
+    finished), and the workers loaded each new version once."""
+    from trainers.cli import main
+
+    run_dir = tmp_path / "run"
+    argv = [
+        "--env", "calculator", "--model", str(model_dir), "--run-dir", str(run_dir), "--steps", "2",
+        "--prompts-per-step", "2", "--group-size", "2", "--train-prompts", "20", "--eval-prompts", "2",
+        "--eval-samples", "1", "--max-tokens-per-turn", "6", "--no-bf16", "--no-skip-equal-reward-groups",
+        "--temperature", "1.0", "--threads", "1", "--report-to", "none",
+        "--ray-address", cluster.address, "--ray-workers", "2",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in steps] == [1, 2]
+    # version 0 before the first update, version 1 after it; each of the two workers loads each
+    assert [r["ray_weight_syncs"] for r in steps] == [2, 4]
+    assert all(r["ray_sync_bytes"] > 1_000_000 and r["episode_staleness_max"] == 0 for r in steps)
+    assert all(r["ray_workers_restarted"] == 0 and r["ray_episodes_lost"] == 0 for r in steps)
+    trajs = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
+    assert len(trajs) == 8 and all(t["policy_version"] == t["step"] - 1 for t in trajs)
+    assert json.loads((run_dir / "config.json").read_text())["run"]["ray_address"] == cluster.address
+
+
+def test_asynchronous_training_on_ray_workers_keeps_the_staleness_bound(cluster, model_dir, tmp_path):
+    """--async-staleness 1: the next batch is played while the trainer trains, and evaluations
+    share the workers from the main thread; every episode is at most one update behind."""
+    from trainers.config import TrainConfig
+    from trainers.loop import train
+
+    cfg = TrainConfig(
+        model=str(model_dir), run_dir=str(tmp_path / "run"), steps=3, prompts_per_step=2, group_size=2,
+        train_prompts=20, eval_prompts=2, eval_samples=1, eval_every=2, max_tokens_per_turn=6, bf16=False,
+        skip_equal_reward_groups=False, temperature=1.0, progress=False, threads=1, report_to=("none",),
+        async_staleness=1, ray_address=cluster.address, ray_workers=2,
+    )  # fmt: skip
+    result = train(cfg)
+    assert result.final is not None and result.final.masked == 0
+    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in steps if r["kind"] == "train"]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    assert all(0 <= r["episode_staleness_max"] <= 1 for r in steps)
+    trajs = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
+    assert all(t["step"] - 2 <= t["policy_version"] <= t["step"] - 1 for t in trajs)
+
+
+def test_synced_weights_sample_what_the_trainer_scores(cluster, model_dir):
+    """After a sync the workers' logprobs are the trainer's own for the new weights (and not for
+    the starting ones: the check can fail)."""
+    from skyrl_agent.models import load_model_and_tokenizer
+    from trainers.logprobs import token_logprobs
+
+    start, _ = load_model_and_tokenizer(str(model_dir))
+    trained, _ = load_model_and_tokenizer(str(model_dir))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    config = RolloutConfig(max_turns=2, max_tokens_per_turn=8, n_samples=2, concurrency=4, seed=1)
+    with _engine(model_dir, config) as engine:
+        assert engine.update_weights(trained.state_dict(), version=7) == 7
+        result = engine.run_sync(echo_items(3))
+        synced = engine.counts.weight_syncs
+        engine.relabel(8)  # a step that did not update: same weights, the next version
+        again = engine.run_sync(echo_items(3))
+    assert [t.policy_version for t in result.trajectories] == [7] * 6
+    assert [t.policy_version for t in again.trajectories] == [8] * 6
+    assert synced == 2 and engine.counts.weight_syncs == 2  # each worker loaded once, not again
+    worst_new = worst_old = 0.0
+    for t in result.trajectories:
+        ids = torch.tensor([t.input_ids])
+        mask = torch.tensor([[0] * len(t.prompt_ids) + t.loss_mask]).bool()
+        sampled = torch.tensor([[0.0] * len(t.prompt_ids) + t.rollout_logprobs])
+        with torch.no_grad():
+            new = token_logprobs(trained.eval(), ids, torch.ones_like(ids))[0]
+            old = token_logprobs(start.eval(), ids, torch.ones_like(ids))[0]
+        worst_new = max(worst_new, float((new - sampled)[mask].abs().max()))
+        worst_old = max(worst_old, float((old - sampled)[mask].abs().max()))
+    assert worst_new < 1e-3, worst_new
+    assert worst_old > 1e-2, worst_old
+
+
+def _kill_mid_shard(engine, items, kill):
+    """Run ``items`` in a thread; once both workers are playing, ``kill()``; the result."""
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("result", engine.run_sync(items)))
+    thread.start()
+    time.sleep(1.0)  # the shards are under way (each takes about 2 s: its episodes sleep in env.step)
+    kill()
+    thread.join(timeout=180)
+    assert not thread.is_alive(), "the run did not finish after the worker was lost"
+    return box["result"]
+
+
+def test_a_killed_worker_is_restarted_and_its_episodes_played_once_more(cluster, model_dir):
+    config = RolloutConfig(max_turns=3, max_tokens_per_turn=4, n_samples=2, concurrency=4, seed=2)
+    items = echo_items(4, sleep_s=0.3)
+    with _engine(model_dir, config, max_restarts=2) as engine:
+        engine.update_weights({}, version=3)  # an empty state: a version without tensors
+        engine.run_sync(items[:1])  # the workers are up
+        victim = _pids(engine)[1]
+        result = _kill_mid_shard(engine, items, lambda: os.kill(victim, signal.SIGKILL))
+        counts = engine.counts
+        assert _pids(engine)[1] != victim  # restarted, same handle
+    keys = [(t.group_id, t.sample_index) for t in result.trajectories]
+    assert keys == [(g, s) for g in range(4) for s in range(2)]  # none lost, none twice
+    assert not any(t.masked for t in result.trajectories)
+    assert all(t.policy_version == 3 for t in result.trajectories)  # the restarted worker caught up
+    assert counts.workers_restarted == 1 and counts.episodes_lost == 0
+    assert counts.episodes_replayed == 4  # worker 1's shard: groups 1 and 3, two samples each
+
+
+def test_a_removed_node_is_survived(cluster, model_dir):
+    config = RolloutConfig(max_turns=3, max_tokens_per_turn=4, n_samples=2, concurrency=4, seed=2)
+    items = echo_items(4, sleep_s=0.3)
+    with _engine(model_dir, config, max_restarts=2, placement_strategy="SPREAD") as engine:
+        engine.run_sync(items[:1])
+        nodes = _nodes(engine)
+        victim = next(n for n in cluster.worker_nodes if n.node_id == nodes[1])
+        result = _kill_mid_shard(engine, items, lambda: cluster.remove_node(victim))
+        counts = engine.counts
+        moved = _nodes(engine)
+    cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")  # back to three nodes
+    cluster.wait_for_nodes()
+    assert moved[1] != nodes[1] and moved[0] == nodes[0]
+    assert [(t.group_id, t.sample_index) for t in result.trajectories] == [
+        (g, s) for g in range(4) for s in range(2)
+    ]
+    assert not any(t.masked for t in result.trajectories)
+    assert counts.workers_restarted == 1 and counts.episodes_replayed == 4
+
+
+def test_without_restarts_a_lost_workers_episodes_are_masked(cluster, model_dir):
+    config = RolloutConfig(max_turns=3, max_tokens_per_turn=4, n_samples=2, concurrency=4, seed=2)
+    items = echo_items(4, sleep_s=0.3)
+    with _engine(model_dir, config, max_restarts=0) as engine:
+        engine.run_sync(items[:1])
+        victim = _pids(engine)[0]
+        result = _kill_mid_shard(engine, items, lambda: os.kill(victim, signal.SIGKILL))
+        assert engine.counts.episodes_lost == 4
+    masked = [(t.group_id, t.sample_index) for t in result.trajectories if t.masked]
+    assert masked == [(0, 0), (0, 1), (2, 0), (2, 1)]
+    assert all("Ray worker lost" in t.error and t.failure.retriable for t in result.trajectories if t.masked)
+
+
+def test_a_group_the_cluster_cannot_hold_fails_at_once_naming_what_is_missing(cluster, model_dir):
+    config = RolloutConfig(max_turns=1, n_samples=1)
+    engine = _engine(model_dir, config, num_cpus_per_worker=4, placement_timeout_s=2)
+    start = time.monotonic()
+    with pytest.raises(
+        ConfigError, match=r"8 CPU in all \(the cluster has 3; its largest node 1\).*--ray-workers"
+    ):
+        engine.run_sync(echo_items(1))
+    assert time.monotonic() - start < 30
+    assert engine._group is None and not engine._actors
+    assert ray.util.placement_group_table() == {} or all(
+        pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values()
+    )
+
+
+def test_ray_settings_are_checked_and_torchrun_is_refused():
+    from trainers.config import TrainConfig
+
+    with pytest.raises(ConfigError, match="ray_workers must be >= 1"):
+        TrainConfig(ray_address="auto", ray_workers=0)
+    with pytest.raises(ConfigError, match="ray_address is empty"):
+        TrainConfig(ray_address=" ")
+    from trainers.distributed import DistContext
+    from trainers.loop import _supported_at_scale
+
+    dist = DistContext(rank=0, world_size=2, backend="gloo")
+    with pytest.raises(ConfigError, match="without torchrun"):
+        _supported_at_scale(TrainConfig(ray_address="auto"), dist)

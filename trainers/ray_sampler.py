@@ -1,0 +1,122 @@
+"""The training run's rollouts on a Ray cluster (``skyrl train --ray-address``).
+
+:class:`RaySampler` stands where the local sampler (an ``HFPolicy`` in the trainer's process)
+stands otherwise: :func:`trainers.rollouts.play` hands it the step's prompts, and
+``Learner.sync_sampler`` hands it the trained weights after every update. Behind it a
+:class:`skyrl_agent.ray_engine.RayRolloutEngine` runs ``ray_workers`` actors, placed by a
+placement group of ``ray_cpus_per_worker`` / ``ray_gpus_per_worker`` /
+``ray_memory_per_worker_gb`` bundles; each builds its own copy of the sampler from the run's
+model (:func:`worker_sampler`), plays whole groups with its envs in its own process, and loads
+the newest weights from Ray's object store before a shard when its own are older. Every episode
+records the version it was sampled with (``Trajectory.policy_version``); ``ray_*`` figures in
+the metrics say what the workers did (restarts, episodes played again, the last sync's bytes
+and seconds).
+
+The trainer stays in the driver process, one rank: trainer ranks inside Ray are not built yet
+(``torchrun`` with ``--ray-address`` is refused).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from skyrl_agent.ray_engine import RayConfig, RayRolloutEngine, WorkerCounts
+from skyrl_agent.types import PromptItem, RolloutConfig, Trajectory
+from trainers.config import TrainConfig
+
+__all__ = ["RaySampler", "worker_sampler", "ray_config"]
+
+
+def worker_sampler(
+    model_path: str,
+    bf16: bool,
+    rows: int,
+    cascade_min_tokens: int,
+    memory_bytes: int,
+    seed: int,
+    threads: int,
+) -> Any:
+    """The sampler a Ray worker builds for itself: the run's model, loaded in the worker (on its
+    GPU when Ray gave it one), in an ``HFPolicy`` with the run's engine settings."""
+    import torch
+
+    from skyrl_agent.models import load_model_and_tokenizer
+    from skyrl_agent.policies.hf import EngineConfig, HFPolicy
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    model, tokenizer = load_model_and_tokenizer(model_path)
+    if torch.cuda.is_available():
+        model.to("cuda")
+    model.eval().requires_grad_(False)
+    return HFPolicy(
+        model,
+        tokenizer,
+        max_batch_size=rows,
+        seed=seed,
+        autocast_bf16=bf16,
+        engine=EngineConfig(
+            max_rows=rows,
+            cascade_min_tokens=cascade_min_tokens,
+            memory_bytes=memory_bytes,
+            budget_name="--sampler-memory-gb",
+        ),
+    )
+
+
+def ray_config(cfg: TrainConfig) -> RayConfig:
+    """The workers ``cfg.run`` asks for (``local`` starts a cluster in this process)."""
+    run = cfg.run
+    return RayConfig(
+        address=run.ray_address,
+        num_workers=run.ray_workers,
+        num_cpus_per_worker=run.ray_cpus_per_worker,
+        num_gpus_per_worker=run.ray_gpus_per_worker,
+        memory_per_worker_gb=run.ray_memory_per_worker_gb,
+        max_restarts=run.ray_max_restarts,
+    )
+
+
+class RaySampler:
+    """The run's sampler as Ray workers (see the module docstring)."""
+
+    def __init__(self, cfg: TrainConfig, tokenizer: Any) -> None:
+        rows = max(cfg.run.prompts_per_step * cfg.rollout.n_samples, cfg.sampler.max_rows)
+        factory = functools.partial(
+            worker_sampler,
+            cfg.model.path,
+            bool(cfg.model.bf16),
+            rows,
+            cfg.sampler.cascade_min_tokens,
+            int(cfg.sampler.memory_gb * 1e9),
+            cfg.run.seed,
+            int(cfg.run.ray_cpus_per_worker),
+        )
+        self.engine = RayRolloutEngine(factory, cfg.rollout, ray_config(cfg))
+        self.tokenizer = tokenizer
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_token_id = int(pad or 0)
+
+    def play(self, items: Sequence[PromptItem], config: RolloutConfig) -> list[Trajectory]:
+        """The episodes of ``items`` under ``config``, played by the workers with the newest weights."""
+        return self.engine.run_sync(items, config).trajectories
+
+    def update_weights(self, state_dict: Mapping[str, Any], version: int | None = None) -> int:
+        """Give the workers the trained weights as ``version`` (the trainer's steps finished;
+        they load them before their next shard); returns the version."""
+        return self.engine.update_weights(state_dict, version)
+
+    def relabel(self, version: int) -> None:
+        """The workers' weights are also ``version`` (a step that did not update)."""
+        self.engine.relabel(version)
+
+    @property
+    def counts(self) -> WorkerCounts:
+        """What the workers did so far (restarts, replays, the last sync)."""
+        return self.engine.counts
+
+    def close(self) -> None:
+        """Stop the workers (the cluster stays)."""
+        self.engine.close()
