@@ -207,7 +207,8 @@ class _Worker:
         weights: tuple[int, list[Any]] | None = None,
     ) -> _ShardReport:
         """Play ``jobs`` with ``config`` (None: the one it was built with), after loading
-        ``weights`` (``(version, [object ref])``) when they are newer than its own."""
+        ``weights`` (``(version, [object ref])``) unless that object is the one it loaded last;
+        its episodes record the version."""
         import ray
 
         synced, nbytes, seconds = False, 0, 0.0
