@@ -70,6 +70,7 @@ def main() -> None:
 
     from skyrl_agent.engine import RolloutEngine
     from skyrl_agent.models import load_model_and_tokenizer
+    from skyrl_agent.policies.hf import EngineConfig
     from skyrl_agent.ray_engine import RayConfig, RayRolloutEngine
     from trainers.ray_sampler import worker_sampler
 
@@ -84,11 +85,17 @@ def main() -> None:
         tok.save_pretrained(args.model)
     items = _items(args.prompts)
     rows = args.prompts * args.samples
+    # the trainer's sampler settings, unbudgeted, cascade attention on as by default
+    settings = {
+        "max_batch_size": rows,
+        "seed": 0,
+        "engine": EngineConfig(max_rows=rows, cascade_min_tokens=64),
+    }
     config = _rollout_config(args.samples, seed=0)
     rates: dict[str, list[float]] = {}
 
     torch.set_num_threads(args.cpus)
-    policy = worker_sampler(args.model, False, rows, 64, 0, 0, args.cpus)
+    policy = worker_sampler(args.model, args.cpus, settings)
     engine = RolloutEngine(policy, config, progress=False)
     engine.run_sync(items[:2])  # warm-up
     rates["local"] = _time_batches(lambda its: engine.run_sync(its).trajectories, items, args.batches)
@@ -98,7 +105,7 @@ def main() -> None:
     sync = None
     for name, workers in (("ray-1", 1), ("ray-2", 2)):
         each = args.cpus // workers
-        factory = functools.partial(worker_sampler, args.model, False, rows, 64, 0, 0, each)
+        factory = functools.partial(worker_sampler, args.model, each, settings)
         with RayRolloutEngine(
             factory, config, RayConfig(num_workers=workers, num_cpus_per_worker=each)
         ) as ray_engine:

@@ -173,22 +173,21 @@ def _sampler(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, dist: Dis
     ``ray_address``, the Ray workers (:class:`~trainers.ray_sampler.RaySampler`) instead."""
     from skyrl_agent.policies.hf import EngineConfig, HFPolicy
 
-    if cfg.run.ray_address is not None:
-        return RaySampler(cfg, tokenizer)
     rows = max(cfg.run.prompts_per_step * cfg.rollout.n_samples, cfg.sampler.max_rows)
-    return HFPolicy(
-        model,
-        tokenizer,
-        max_batch_size=rows,
-        seed=cfg.run.seed + 7919 * dist.rank,
-        autocast_bf16=cfg.model.bf16,
-        engine=EngineConfig(
+    settings: dict[str, Any] = {
+        "max_batch_size": rows,
+        "seed": cfg.run.seed + 7919 * dist.rank,
+        "autocast_bf16": cfg.model.bf16,
+        "engine": EngineConfig(
             max_rows=rows,
             cascade_min_tokens=cfg.sampler.cascade_min_tokens,
             memory_bytes=int(cfg.sampler.memory_gb * 1e9),
             budget_name="--sampler-memory-gb",
         ),
-    )
+    }
+    if cfg.run.ray_address is not None:  # each worker builds its own with these settings
+        return RaySampler(cfg, tokenizer, settings)
+    return HFPolicy(model, tokenizer, **settings)
 
 
 def lr_factor(step: int, *, warmup: int, steps: int, schedule: str) -> float:

@@ -29,21 +29,14 @@ from trainers.config import TrainConfig
 __all__ = ["RaySampler", "worker_sampler", "ray_config"]
 
 
-def worker_sampler(
-    model_path: str,
-    bf16: bool,
-    rows: int,
-    cascade_min_tokens: int,
-    memory_bytes: int,
-    seed: int,
-    threads: int,
-) -> Any:
+def worker_sampler(model_path: str, threads: int, settings: Mapping[str, Any]) -> Any:
     """The sampler a Ray worker builds for itself: the run's model, loaded in the worker (on its
-    GPU when Ray gave it one), in an ``HFPolicy`` with the run's engine settings."""
+    GPU when Ray gave it one), in an ``HFPolicy`` with ``settings`` (its keyword arguments: the
+    ones the trainer's own sampler takes, ``trainers.models``)."""
     import torch
 
     from skyrl_agent.models import load_model_and_tokenizer
-    from skyrl_agent.policies.hf import EngineConfig, HFPolicy
+    from skyrl_agent.policies.hf import HFPolicy
 
     if threads > 0:
         torch.set_num_threads(threads)
@@ -51,19 +44,7 @@ def worker_sampler(
     if torch.cuda.is_available():
         model.to("cuda")
     model.eval().requires_grad_(False)
-    return HFPolicy(
-        model,
-        tokenizer,
-        max_batch_size=rows,
-        seed=seed,
-        autocast_bf16=bf16,
-        engine=EngineConfig(
-            max_rows=rows,
-            cascade_min_tokens=cascade_min_tokens,
-            memory_bytes=memory_bytes,
-            budget_name="--sampler-memory-gb",
-        ),
-    )
+    return HFPolicy(model, tokenizer, **settings)
 
 
 def ray_config(cfg: TrainConfig) -> RayConfig:
@@ -82,17 +63,10 @@ def ray_config(cfg: TrainConfig) -> RayConfig:
 class RaySampler:
     """The run's sampler as Ray workers (see the module docstring)."""
 
-    def __init__(self, cfg: TrainConfig, tokenizer: Any) -> None:
-        rows = max(cfg.run.prompts_per_step * cfg.rollout.n_samples, cfg.sampler.max_rows)
+    def __init__(self, cfg: TrainConfig, tokenizer: Any, settings: Mapping[str, Any]) -> None:
+        """``settings``: the ``HFPolicy`` keyword arguments each worker's sampler is built with."""
         factory = functools.partial(
-            worker_sampler,
-            cfg.model.path,
-            bool(cfg.model.bf16),
-            rows,
-            cfg.sampler.cascade_min_tokens,
-            int(cfg.sampler.memory_gb * 1e9),
-            cfg.run.seed,
-            int(cfg.run.ray_cpus_per_worker),
+            worker_sampler, cfg.model.path, int(cfg.run.ray_cpus_per_worker), dict(settings)
         )
         self.engine = RayRolloutEngine(factory, cfg.rollout, ray_config(cfg))
         self.tokenizer = tokenizer

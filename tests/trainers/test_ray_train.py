@@ -43,22 +43,11 @@ def _echo_env():
     skyrl_gym.deregister(ECHO)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from skyrl_agent.models import tiny_random_model
-
-    path = tmp_path_factory.mktemp("tiny-model")
-    model, tok = tiny_random_model(hidden_size=32, num_layers=1)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
-def _engine(model_dir, config, **ray_kw):
+def _engine(tiny_model_dir, config, **ray_kw):
     from skyrl_agent.ray_engine import RayConfig, RayRolloutEngine
     from trainers.ray_sampler import worker_sampler
 
-    factory = functools.partial(worker_sampler, str(model_dir), False, 16, 0, 0, 0, 1)
+    factory = functools.partial(worker_sampler, str(tiny_model_dir), 1, {"max_batch_size": 16, "seed": 0})
     return RayRolloutEngine(factory, config, RayConfig(num_workers=2, **ray_kw))
 
 
@@ -73,7 +62,7 @@ def _nodes(engine):
     ]
 
 
-def test_skyrl_train_on_a_three_node_cluster(cluster, model_dir, tmp_path, capsys):
+def test_skyrl_train_on_a_three_node_cluster(cluster, tiny_model_dir, tmp_path, capsys):
     """Two steps of the calculator through the command line, rollouts and evaluations on two
     workers: every episode records the weights it was sampled with (the trainer's steps
     finished), and the workers loaded each new version once."""
@@ -81,7 +70,7 @@ def test_skyrl_train_on_a_three_node_cluster(cluster, model_dir, tmp_path, capsy
 
     run_dir = tmp_path / "run"
     argv = [
-        "--env", "calculator", "--model", str(model_dir), "--run-dir", str(run_dir), "--steps", "2",
+        "--env", "calculator", "--model", str(tiny_model_dir), "--run-dir", str(run_dir), "--steps", "2",
         "--prompts-per-step", "2", "--group-size", "2", "--train-prompts", "20", "--eval-prompts", "2",
         "--eval-samples", "1", "--max-tokens-per-turn", "6", "--no-bf16", "--no-skip-equal-reward-groups",
         "--temperature", "1.0", "--threads", "1", "--report-to", "none",
@@ -100,14 +89,14 @@ def test_skyrl_train_on_a_three_node_cluster(cluster, model_dir, tmp_path, capsy
     assert json.loads((run_dir / "config.json").read_text())["run"]["ray_address"] == cluster.address
 
 
-def test_asynchronous_training_on_ray_workers_keeps_the_staleness_bound(cluster, model_dir, tmp_path):
+def test_asynchronous_training_on_ray_workers_keeps_the_staleness_bound(cluster, tiny_model_dir, tmp_path):
     """--async-staleness 1: the next batch is played while the trainer trains, and evaluations
     share the workers from the main thread; every episode is at most one update behind."""
     from trainers.config import TrainConfig
     from trainers.loop import train
 
     cfg = TrainConfig(
-        model=str(model_dir), run_dir=str(tmp_path / "run"), steps=3, prompts_per_step=2, group_size=2,
+        model=str(tiny_model_dir), run_dir=str(tmp_path / "run"), steps=3, prompts_per_step=2, group_size=2,
         train_prompts=20, eval_prompts=2, eval_samples=1, eval_every=2, max_tokens_per_turn=6, bf16=False,
         skip_equal_reward_groups=False, temperature=1.0, progress=False, threads=1, report_to=("none",),
         async_staleness=1, ray_address=cluster.address, ray_workers=2,
@@ -122,20 +111,20 @@ def test_asynchronous_training_on_ray_workers_keeps_the_staleness_bound(cluster,
     assert all(t["step"] - 2 <= t["policy_version"] <= t["step"] - 1 for t in trajs)
 
 
-def test_synced_weights_sample_what_the_trainer_scores(cluster, model_dir):
+def test_synced_weights_sample_what_the_trainer_scores(cluster, tiny_model_dir):
     """After a sync the workers' logprobs are the trainer's own for the new weights (and not for
     the starting ones: the check can fail)."""
     from skyrl_agent.models import load_model_and_tokenizer
     from trainers.logprobs import token_logprobs
 
-    start, _ = load_model_and_tokenizer(str(model_dir))
-    trained, _ = load_model_and_tokenizer(str(model_dir))
+    start, _ = load_model_and_tokenizer(str(tiny_model_dir))
+    trained, _ = load_model_and_tokenizer(str(tiny_model_dir))
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in trained.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=gen))
     config = RolloutConfig(max_turns=2, max_tokens_per_turn=8, n_samples=2, concurrency=4, seed=1)
-    with _engine(model_dir, config) as engine:
+    with _engine(tiny_model_dir, config) as engine:
         assert engine.update_weights(trained.state_dict(), version=7) == 7
         result = engine.run_sync(echo_items(3))
         synced = engine.counts.weight_syncs
@@ -170,10 +159,10 @@ def _kill_mid_shard(engine, items, kill):
     return box["result"]
 
 
-def test_a_killed_worker_is_restarted_and_its_episodes_played_once_more(cluster, model_dir):
+def test_a_killed_worker_is_restarted_and_its_episodes_played_once_more(cluster, tiny_model_dir):
     config = RolloutConfig(max_turns=3, max_tokens_per_turn=4, n_samples=2, concurrency=4, seed=2)
     items = echo_items(4, sleep_s=0.3)
-    with _engine(model_dir, config, max_restarts=2) as engine:
+    with _engine(tiny_model_dir, config, max_restarts=2) as engine:
         engine.update_weights({}, version=3)  # an empty state: a version without tensors
         engine.run_sync(items[:1])  # the workers are up
         victim = _pids(engine)[1]
@@ -188,10 +177,10 @@ def test_a_killed_worker_is_restarted_and_its_episodes_played_once_more(cluster,
     assert counts.episodes_replayed == 4  # worker 1's shard: groups 1 and 3, two samples each
 
 
-def test_a_removed_node_is_survived(cluster, model_dir):
+def test_a_removed_node_is_survived(cluster, tiny_model_dir):
     config = RolloutConfig(max_turns=3, max_tokens_per_turn=4, n_samples=2, concurrency=4, seed=2)
     items = echo_items(4, sleep_s=0.3)
-    with _engine(model_dir, config, max_restarts=2, placement_strategy="SPREAD") as engine:
+    with _engine(tiny_model_dir, config, max_restarts=2, placement_strategy="SPREAD") as engine:
         engine.run_sync(items[:1])
         nodes = _nodes(engine)
         victim = next(n for n in cluster.worker_nodes if n.node_id == nodes[1])
@@ -208,10 +197,10 @@ def test_a_removed_node_is_survived(cluster, model_dir):
     assert counts.workers_restarted == 1 and counts.episodes_replayed == 4
 
 
-def test_without_restarts_a_lost_workers_episodes_are_masked(cluster, model_dir):
+def test_without_restarts_a_lost_workers_episodes_are_masked(cluster, tiny_model_dir):
     config = RolloutConfig(max_turns=3, max_tokens_per_turn=4, n_samples=2, concurrency=4, seed=2)
     items = echo_items(4, sleep_s=0.3)
-    with _engine(model_dir, config, max_restarts=0) as engine:
+    with _engine(tiny_model_dir, config, max_restarts=0) as engine:
         engine.run_sync(items[:1])
         victim = _pids(engine)[0]
         result = _kill_mid_shard(engine, items, lambda: os.kill(victim, signal.SIGKILL))
@@ -221,9 +210,9 @@ def test_without_restarts_a_lost_workers_episodes_are_masked(cluster, model_dir)
     assert all("Ray worker lost" in t.error and t.failure.retriable for t in result.trajectories if t.masked)
 
 
-def test_a_group_the_cluster_cannot_hold_fails_at_once_naming_what_is_missing(cluster, model_dir):
+def test_a_group_the_cluster_cannot_hold_fails_at_once_naming_what_is_missing(cluster, tiny_model_dir):
     config = RolloutConfig(max_turns=1, n_samples=1)
-    engine = _engine(model_dir, config, num_cpus_per_worker=4, placement_timeout_s=2)
+    engine = _engine(tiny_model_dir, config, num_cpus_per_worker=4, placement_timeout_s=2)
     start = time.monotonic()
     with pytest.raises(
         ConfigError, match=r"8 CPU in all \(the cluster has 3; its largest node 1\).*--ray-workers"

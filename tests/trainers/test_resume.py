@@ -22,17 +22,6 @@ pytestmark = pytest.mark.slow
 STEPS, PROMPTS, GROUP = 6, 2, 2
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    from skyrl_agent.models import tiny_random_model
-
-    path = tmp_path_factory.mktemp("tiny-model")
-    model, tok = tiny_random_model(hidden_size=32, num_layers=1)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
 def _cmd(model_dir, run_dir, resume=False):
     cmd = [
         sys.executable, "-m", "skyrl_gym", "train",
