@@ -63,7 +63,7 @@ from skyrl_agent.engine import (
 from skyrl_agent.failures import Failure, FailureStage
 from skyrl_agent.types import RolloutConfig, Trajectory
 
-__all__ = ["RayConfig", "RayRolloutEngine", "WorkerCounts"]
+__all__ = ["RayConfig", "RayRolloutEngine", "WorkerCounts", "place_bundles", "register_specs"]
 
 #: Builds the policy inside a worker process (must pickle: a module-level function or a
 #: ``functools.partial`` of one).
@@ -96,6 +96,10 @@ class RayConfig:
     placement_strategy: str = "SPREAD"
     """Ray's placement group strategy: ``SPREAD`` (over nodes where it can), ``PACK``,
     ``STRICT_SPREAD`` (one worker per node) or ``STRICT_PACK``."""
+
+    placement_name: str = ""
+    """A name for the workers' placement group (Ray's ``name``), so that another process can
+    free it when the one that made it died; empty: unnamed."""
 
     def __post_init__(self) -> None:
         from skyrl_gym.errors import ConfigError
@@ -183,14 +187,9 @@ class _Worker:
         env_factory: EnvFactory | None,
         specs: Sequence[Any],
     ) -> None:
-        import skyrl_gym
         from skyrl_agent.chat import ChatRenderer
 
-        for spec in specs:  # envs the driver registered at run time
-            if spec.id not in skyrl_gym.registration.registry:
-                skyrl_gym.register(
-                    spec.id, spec.entry_point, spec.kwargs, description=spec.description, source=spec.source
-                )
+        register_specs(specs)  # envs the driver registered at run time
         self.policy = policy_factory()
         renderer = None if is_chat_level(self.policy) else ChatRenderer(self.policy.tokenizer, chat_template)
         self.engine = RolloutEngine(
@@ -297,19 +296,21 @@ class RayRolloutEngine:
     def _place(self, ray: Any) -> Any:
         """A placement group with one bundle per worker, ready (None when a worker reserves
         nothing); raises ``ConfigError`` naming what is missing when the cluster cannot hold it."""
-        from ray.util.placement_group import placement_group, remove_placement_group
-
         rc = self.ray_config
         bundle = rc.bundle()
         if not bundle:
             return None
-        group = placement_group([dict(bundle) for _ in range(rc.num_workers)], strategy=rc.placement_strategy)
-        try:
-            ray.get(group.ready(), timeout=rc.placement_timeout_s)
-        except ray.exceptions.GetTimeoutError:
-            remove_placement_group(group)
-            raise _unplaceable(ray, rc, bundle) from None
-        return group
+        return place_bundles(
+            ray,
+            rc.num_workers,
+            bundle,
+            strategy=rc.placement_strategy,
+            timeout_s=rc.placement_timeout_s,
+            what="rollout workers",
+            name=rc.placement_name,
+            advice="Ask for less per worker (--ray-cpus-per-worker, --ray-gpus-per-worker, "
+            "--ray-memory-per-worker-gb), fewer workers (--ray-workers)",
+        )
 
     def _ensure_actors(self, items: Sequence[PromptItem]) -> list[Any]:
         import skyrl_gym
@@ -531,9 +532,48 @@ def _check_once_each(jobs: Sequence[EpisodeJob], trajs: Sequence[Trajectory]) ->
         )
 
 
-def _unplaceable(ray: Any, rc: RayConfig, bundle: dict[str, float]) -> Exception:
-    """The error for a placement group the cluster did not place in time: what was asked, what
-    the cluster has in all and on its largest node, and which settings to change."""
+def register_specs(specs: Sequence[Any]) -> None:
+    """Register, in this process, the env specs (``skyrl_gym.EnvSpec``) it does not know yet:
+    envs a driver registered at run time, shipped to a Ray actor."""
+    import skyrl_gym
+
+    for spec in specs:
+        if spec.id not in skyrl_gym.registration.registry:
+            skyrl_gym.register(
+                spec.id, spec.entry_point, spec.kwargs, description=spec.description, source=spec.source
+            )
+
+
+def place_bundles(
+    ray: Any,
+    count: int,
+    bundle: Mapping[str, float],
+    *,
+    strategy: str,
+    timeout_s: float,
+    what: str,
+    advice: str,
+    name: str = "",
+) -> Any:
+    """A Ray placement group of ``count`` copies of ``bundle``, ready. When the cluster cannot
+    place it within ``timeout_s`` the group is removed and a ``ConfigError`` says what was asked
+    (``count`` ``what``), what the cluster has in all and on its largest node, and ``advice``
+    (which settings to change), instead of waiting forever."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    group = placement_group([dict(bundle) for _ in range(count)], strategy=strategy, name=name)
+    try:
+        ray.get(group.ready(), timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        remove_placement_group(group)
+        raise _unplaceable(ray, count, dict(bundle), strategy, timeout_s, what, advice) from None
+    return group
+
+
+def _unplaceable(
+    ray: Any, count: int, bundle: dict[str, float], strategy: str, timeout_s: float, what: str, advice: str
+) -> Exception:
+    """The error for a placement group the cluster did not place in time."""
     from skyrl_gym.errors import ConfigError
 
     total = ray.cluster_resources()
@@ -543,18 +583,17 @@ def _unplaceable(ray: Any, rc: RayConfig, bundle: dict[str, float]) -> Exception
     for key, each in bundle.items():
         have = total.get(key, 0.0)
         largest = max((n.get(key, 0.0) for n in nodes), default=0.0)
-        if have < each * rc.num_workers or largest < each:
+        if have < each * count or largest < each:
             short.append(
-                f"{_amount(key, each * rc.num_workers)} {key} in all (the cluster has {_amount(key, have)}; "
+                f"{_amount(key, each * count)} {key} in all (the cluster has {_amount(key, have)}; "
                 f"its largest node {_amount(key, largest)})"
             )
     missing = "; ".join(short) or (
-        f"room for the bundles under strategy {rc.placement_strategy} (other work may hold the resources)"
+        f"room for the bundles under strategy {strategy} (other work may hold the resources)"
     )
     return ConfigError(
-        f"the Ray cluster could not place {rc.num_workers} rollout workers of {wanted} each within "
-        f"{rc.placement_timeout_s:g}s: missing {missing}. Ask for less per worker (--ray-cpus-per-worker, "
-        "--ray-gpus-per-worker, --ray-memory-per-worker-gb), fewer workers (--ray-workers), or add nodes"
+        f"the Ray cluster could not place {count} {what} of {wanted} each within {timeout_s:g}s: "
+        f"missing {missing}. {advice}, or add nodes"
     )
 
 

@@ -435,6 +435,16 @@ class RunConfig:
     """How often Ray may restart a lost rollout worker (its process killed, its node gone); the
     episodes it was playing are played again on the restarted worker, and counted
     (``ray_workers_restarted``, ``ray_episodes_replayed`` in the metrics). 0: they are masked."""
+    ray_trainer_ranks: int = 0
+    """Trainer ranks as Ray actors (with ``ray_address``) that form one ``torch.distributed``
+    group (:mod:`trainers.ray_ranks`): data parallel as under ``torchrun``, gloo on CPU, NCCL with
+    FSDP2 when each rank has a GPU. Rank 0 drives the rollout workers and writes the run
+    directory (on storage the driver can read). A lost rank stops the run, naming the checkpoint
+    that ``--resume`` continues from. 0: the trainer runs in this process."""
+    ray_cpus_per_rank: float = 1.0
+    """CPUs each trainer rank reserves (its bundle in the ranks' placement group)."""
+    ray_gpus_per_rank: float = 0.0
+    """GPUs each trainer rank reserves (1: NCCL ranks, one GPU each)."""
     run_dir: str = "runs/calculator"
     """Where metrics, trajectories, checkpoints and plots go."""
     checkpoint_every: int = 5
@@ -459,6 +469,17 @@ class RunConfig:
         _at_least(self, ("ray_max_restarts",), 0, " (0: a lost worker's episodes are masked)")
         if self.ray_address is not None and not str(self.ray_address).strip():
             raise ConfigError("ray_address is empty: give auto, local or a cluster's address (host:port)")
+        _at_least(self, ("ray_trainer_ranks",), 0, " (0: the trainer runs in this process)")
+        _at_least(self, ("ray_cpus_per_rank", "ray_gpus_per_rank"), 0)
+        if self.ray_trainer_ranks > 0 and self.ray_address is None:
+            raise ConfigError(
+                "ray_trainer_ranks needs a Ray cluster: give --ray-address (auto, local or host:port)"
+            )
+        if self.ray_trainer_ranks > 1 and self.async_staleness > 0:
+            raise ConfigError(
+                "asynchronous mode (--async-staleness > 0) does not run with several trainer ranks yet: "
+                "use --ray-trainer-ranks 1 (or 0), or --async-staleness 0"
+            )
         names = tuple(n.strip() for item in self.report_to for n in str(item).split(",") if n.strip())
         object.__setattr__(self, "report_to", tuple(n for n in names if n != "none"))
         unknown = [n for n in self.report_to if n not in ("tensorboard", "wandb", "mlflow")]

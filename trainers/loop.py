@@ -54,6 +54,7 @@ from trainers.evaluation import EvalResult, evaluate
 from trainers.memory import GB, PhasePeak, release_if_above, rss_bytes, state_bytes
 from trainers.metrics import MetricsLogger, plot_metrics
 from trainers.models import Learner, build_learner
+from trainers.ray_ranks import in_ray_rank, train_on_ray
 from trainers.ray_sampler import RaySampler
 from trainers.resume import RunFiles, open_run, restore, save
 from trainers.rollouts import by_turn, check_staleness, rollout_metrics, rollout_step, select_trainable
@@ -83,7 +84,10 @@ def train(cfg: TrainConfig) -> TrainResult:
     """Run ``cfg`` to the end (or continue it with ``cfg.run.resume``); see the module docstring.
 
     Under ``torchrun`` (``WORLD_SIZE > 1``) every process calls this; see
-    :mod:`trainers.distributed`."""
+    :mod:`trainers.distributed`. With ``ray_trainer_ranks`` this process starts the ranks as Ray
+    actors and returns rank 0's result (:mod:`trainers.ray_ranks`)."""
+    if cfg.run.ray_trainer_ranks > 0 and not in_ray_rank():
+        return train_on_ray(cfg, train)
     owns_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     dist = init_distributed(cfg.run.dist_backend, fsdp=cfg.run.fsdp)
     if not dist.enabled:
@@ -252,10 +256,10 @@ def _supported_at_scale(cfg: TrainConfig, dist: DistContext) -> TrainConfig:
     """``cfg`` as this launch can run it: refuses (:class:`ConfigError`) what data parallelism
     and FSDP2 do not support yet; FSDP2 turns the fused head off (it reads the decoder and head
     weights directly, which FSDP2 gathers only inside forward)."""
-    if dist.enabled and cfg.run.ray_address is not None:
+    if dist.enabled and cfg.run.ray_address is not None and not in_ray_rank():
         raise ConfigError(
-            "--ray-address runs the trainer in one process and the rollouts on Ray workers; trainer "
-            "ranks inside Ray are not built yet: launch it without torchrun"
+            "--ray-address does not run under torchrun: launch it without torchrun, with "
+            "--ray-trainer-ranks N for N trainer ranks on the cluster"
         )
     if dist.enabled and cfg.run.async_staleness > 0:
         raise ConfigError(

@@ -75,9 +75,10 @@ class Learner:
         if self.rollout_model is None and not remote:  # the engine sees the optimizer's steps itself
             return None
         start = time.perf_counter()
-        weights = weights_for_sampler(self.cfg.model, self.model, self.dist)
+        weights = weights_for_sampler(self.cfg.model, self.model, self.dist)  # a collective under FSDP2
         if remote:
-            self.policy.update_weights(weights, version)
+            if self.dist.is_main:  # rank 0 alone drives the Ray workers
+                self.policy.update_weights(weights, version)
         else:
             self.policy.update_weights(weights)
         return time.perf_counter() - start
@@ -85,7 +86,7 @@ class Learner:
     def unchanged(self, version: int) -> None:
         """A step ended without an update: the sampler's weights are also those of ``version``
         (Ray workers record it on their next episodes; a local sampler needs nothing)."""
-        if isinstance(self.policy, RaySampler):
+        if isinstance(self.policy, RaySampler) and self.dist.is_main:
             self.policy.relabel(version)
 
     def close(self) -> None:
@@ -170,7 +171,8 @@ def reference_fn(cfg: TrainConfig, model: torch.nn.Module) -> ReferenceFn | None
 
 def _sampler(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, dist: DistContext) -> Any:
     """An ``HFPolicy`` over ``model``, seeded per rank, batching a whole step's episodes; with
-    ``ray_address``, the Ray workers (:class:`~trainers.ray_sampler.RaySampler`) instead."""
+    ``ray_address``, the Ray workers (:class:`~trainers.ray_sampler.RaySampler`) instead, which
+    rank 0 alone drives when there are several trainer ranks."""
     from skyrl_agent.policies.hf import EngineConfig, HFPolicy
 
     rows = max(cfg.run.prompts_per_step * cfg.rollout.n_samples, cfg.sampler.max_rows)

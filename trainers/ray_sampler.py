@@ -12,13 +12,14 @@ records the version it was sampled with (``Trajectory.policy_version``); ``ray_*
 the metrics say what the workers did (restarts, episodes played again, the last sync's bytes
 and seconds).
 
-The trainer stays in the driver process, one rank: trainer ranks inside Ray are not built yet
-(``torchrun`` with ``--ray-address`` is refused).
+The trainer stays in the driver process, or with ``ray_trainer_ranks`` runs as Ray actors
+(:mod:`trainers.ray_ranks`), of which rank 0 alone drives the workers.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ from skyrl_agent.ray_engine import RayConfig, RayRolloutEngine, WorkerCounts
 from skyrl_agent.types import PromptItem, RolloutConfig, Trajectory
 from trainers.config import TrainConfig
 
-__all__ = ["RaySampler", "worker_sampler", "ray_config"]
+__all__ = ["WORKER_GROUP_ENV", "RaySampler", "worker_sampler", "ray_config"]
 
 
 def worker_sampler(model_path: str, threads: int, settings: Mapping[str, Any]) -> Any:
@@ -47,10 +48,16 @@ def worker_sampler(model_path: str, threads: int, settings: Mapping[str, Any]) -
     return HFPolicy(model, tokenizer, **settings)
 
 
+WORKER_GROUP_ENV = "SKYRL_RAY_WORKER_GROUP"
+"""Set by :mod:`trainers.ray_ranks` in rank 0's environment: the name of the workers' placement
+group, which the driver frees when rank 0 is lost."""
+
+
 def ray_config(cfg: TrainConfig) -> RayConfig:
     """The workers ``cfg.run`` asks for (``local`` starts a cluster in this process)."""
     run = cfg.run
     return RayConfig(
+        placement_name=os.environ.get(WORKER_GROUP_ENV, ""),
         address=run.ray_address,
         num_workers=run.ray_workers,
         num_cpus_per_worker=run.ray_cpus_per_worker,

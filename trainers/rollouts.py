@@ -58,11 +58,16 @@ def play(
     ``n_samples`` and ``seed`` replaced by these) and its ``env_config`` items, every rank's.
 
     Data parallel: this rank plays its contiguous shard of ``items`` with its own ``seed``; group
-    ids count over the whole list, so they are the same on every rank."""
-    mine = dist.shard(len(items))
+    ids count over the whole list, so they are the same on every rank. With Ray workers rank 0
+    hands them every item and the other ranks play none."""
+    remote = isinstance(policy, RaySampler)
+    if remote:
+        mine = slice(0, len(items) if dist.is_main else 0)
+    else:
+        mine = dist.shard(len(items))
     config = dataclasses.replace(rollout, n_samples=n_samples, seed=seed)
     shard = with_env_config(items[mine], parse_env_config(env_config))
-    if isinstance(policy, RaySampler):  # the Ray workers play them (one trainer process)
+    if remote:  # the Ray workers play them
         own = policy.play(shard, config) if shard else []
     else:
         engine = RolloutEngine(policy, config, progress=progress, progress_every_s=progress_every_s)

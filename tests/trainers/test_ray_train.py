@@ -1,7 +1,9 @@
 """Training with its rollouts on Ray workers (``skyrl train --ray-address``), on a simulated
 cluster of three one-CPU nodes on 127.0.0.1: versioned weights reach the workers, a killed
 worker and a removed node are survived with every episode played exactly once, and a worker
-group the cluster cannot hold fails at once with what is missing."""
+group the cluster cannot hold fails at once with what is missing. Trainer ranks as Ray actors
+(``--ray-trainer-ranks``): two ranks train with two workers, a killed rank stops the run naming
+its checkpoint and ``--resume`` finishes it."""
 
 from __future__ import annotations
 
@@ -236,5 +238,123 @@ def test_ray_settings_are_checked_and_torchrun_is_refused():
     from trainers.loop import _supported_at_scale
 
     dist = DistContext(rank=0, world_size=2, backend="gloo")
-    with pytest.raises(ConfigError, match="without torchrun"):
+    with pytest.raises(ConfigError, match="without torchrun, with --ray-trainer-ranks N"):
         _supported_at_scale(TrainConfig(ray_address="auto"), dist)
+    with pytest.raises(ConfigError, match="ray_trainer_ranks needs a Ray cluster: give --ray-address"):
+        TrainConfig(ray_trainer_ranks=2)
+    with pytest.raises(ConfigError, match="does not run with several trainer ranks yet"):
+        TrainConfig(ray_address="auto", ray_trainer_ranks=2, async_staleness=1)
+    with pytest.raises(ConfigError, match="ray_cpus_per_rank must be >= 0"):
+        TrainConfig(ray_address="auto", ray_trainer_ranks=2, ray_cpus_per_rank=-1)
+
+
+def test_trainer_ranks_refuse_torchrun(monkeypatch):
+    from trainers.config import TrainConfig
+    from trainers.loop import train
+    from trainers.ray_ranks import RayTrainerRanks
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="starts the trainer ranks itself: launch it without torchrun"):
+        RayTrainerRanks(TrainConfig(ray_address="auto", ray_trainer_ranks=2), train)
+
+
+def test_ranks_the_cluster_cannot_hold_fail_at_once_and_a_ranks_error_is_raised_as_itself(
+    cluster, tiny_model_dir, tmp_path, monkeypatch
+):
+    from skyrl_gym.errors import EnvNotFoundError
+    from trainers import ray_ranks
+    from trainers.loop import train
+
+    monkeypatch.setattr(ray_ranks, "PLACEMENT_TIMEOUT_S", 2.0)
+    start = time.monotonic()
+    too_big = _rank_cfg(tiny_model_dir, tmp_path / "big", cluster.address, ray_cpus_per_rank=2)
+    with pytest.raises(
+        ConfigError,
+        match=r"2 trainer ranks of 2 CPU each .* 4 CPU in all \(the cluster has 3; its largest node 1\)",
+    ):
+        train(too_big)
+    assert time.monotonic() - start < 30
+    with pytest.raises(EnvNotFoundError, match="no-such-env"):  # raised in each rank, the driver's type
+        train(_rank_cfg(tiny_model_dir, tmp_path / "bad", cluster.address, env="no-such-env"))
+    _all_cpus_free(3)
+
+
+def _rank_cfg(tiny_model_dir, run_dir, address, **kw):
+    from trainers.config import TrainConfig
+
+    base = dict(
+        model=str(tiny_model_dir), run_dir=str(run_dir), steps=5, prompts_per_step=2, group_size=2,
+        train_prompts=20, eval_prompts=2, eval_samples=1, max_tokens_per_turn=6, bf16=False,
+        skip_equal_reward_groups=False, temperature=1.0, progress=False, threads=1, report_to=("none",),
+        checkpoint_every=1, ray_address=address, ray_workers=2, ray_cpus_per_worker=0.5,
+        ray_trainer_ranks=2, ray_cpus_per_rank=0.5,
+    )  # fmt: skip
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _train_records(run_dir):
+    return [
+        r
+        for r in (json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines())
+        if r["kind"] == "train"
+    ]
+
+
+def test_two_trainer_ranks_with_two_workers_and_a_lost_rank_resumed(cluster, tiny_model_dir, tmp_path):
+    """Two trainer ranks (one gloo group of Ray actors) and two rollout workers on the simulated
+    cluster; rank 1 is killed with SIGKILL after the first step: the run stops at once naming
+    the checkpoint, and ``--resume`` carries it to the end with every step trained once."""
+    from trainers.checkpoint import latest_checkpoint
+    from trainers.loop import train
+    from trainers.ray_ranks import RayTrainerRanks, TrainerRankLostError
+
+    run_dir = tmp_path / "run"
+    cfg = _rank_cfg(tiny_model_dir, run_dir, cluster.address)
+    start = time.monotonic()
+    with RayTrainerRanks(cfg, train) as ranks:
+        ranks.start()
+        pids = ranks.pids()
+        assert len(set(pids)) == 2 and os.getpid() not in pids
+
+        def kill_after_first_step():
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                if latest_checkpoint(run_dir) is not None:
+                    os.kill(pids[1], signal.SIGKILL)
+                    return
+                time.sleep(0.2)
+
+        killer = threading.Thread(target=kill_after_first_step)
+        killer.start()
+        with pytest.raises(
+            TrainerRankLostError, match=r"trainer rank 1 of 2 \(process \d+ on 127.0.0.1\) was lost"
+        ) as lost:
+            ranks.wait()
+        killer.join()
+    stopped = time.monotonic() - start
+    newest = latest_checkpoint(run_dir)
+    assert f"the newest checkpoint is {newest.name}" in str(lost.value) and "--resume" in str(lost.value)
+    assert 1 <= len(_train_records(run_dir)) < 5
+    result = train(cfg.replace(resume=True))
+    print(
+        f"stopped after {stopped:.0f} s at {newest.name}; resumed in {time.monotonic() - start - stopped:.0f} s"
+    )
+    assert result.steps == 5 and result.final is not None and result.final.masked == 0
+    steps = _train_records(run_dir)
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5]  # none lost, none twice
+    assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
+    assert all(r["ray_workers_restarted"] == 0 and r["episode_staleness_max"] == 0 for r in steps)
+    trajs = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
+    keys = [(t["step"], t["group_id"], t["sample_index"]) for t in trajs]
+    assert sorted(keys) == [(s, g, i) for s in range(1, 6) for g in range(2) for i in range(2)]
+    assert all(t["policy_version"] == t["step"] - 1 for t in trajs)
+    _all_cpus_free(3)
+
+
+def _all_cpus_free(cpus, within_s=30):
+    """The cluster's ``cpus`` CPUs are all free again (Ray's resource view lags a little)."""
+    deadline = time.monotonic() + within_s
+    while ray.available_resources().get("CPU", 0) < cpus:
+        assert time.monotonic() < deadline, f"reserved still: {ray.available_resources()}"
+        time.sleep(0.5)
