@@ -182,7 +182,9 @@ class VLLMPolicy:
             stop_token_ids=list(sampling.stop_token_ids) or None,
             include_stop_str_in_output=True,
             ignore_eos=bool(sampling.ignore_eos),
-            seed=(self._rng.randrange(_SEED_MOD) if sampling.seed is None else int(sampling.seed) % _SEED_MOD),
+            seed=(
+                self._rng.randrange(_SEED_MOD) if sampling.seed is None else int(sampling.seed) % _SEED_MOD
+            ),
             logprobs=int(sampling.top_logprobs) if sampling.logprobs or sampling.top_logprobs else None,
             skip_special_tokens=False,
             detokenize=True,

@@ -135,12 +135,16 @@ def _grpo(tiny_dir, tmp_path, name, **settings):
         skyrl_gym.deregister("vllm-length")
     assert result.steps == 3
     trajs = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
-    assert len(trajs) == 3 * 2 * 4 and all(len(t["rollout_logprobs"]) == len(t["response_ids"]) > 0 for t in trajs)
+    assert len(trajs) == 3 * 2 * 4 and all(
+        len(t["rollout_logprobs"]) == len(t["response_ids"]) > 0 for t in trajs
+    )
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [r for r in steps if r["kind"] == "train"]
 
 
-def test_grpo_steps_with_vllm_rollouts_keep_sampler_and_trainer_in_step(tiny_dir, tmp_path, policy, monkeypatch):
+def test_grpo_steps_with_vllm_rollouts_keep_sampler_and_trainer_in_step(
+    tiny_dir, tmp_path, policy, monkeypatch
+):
     """The trainer's logprobs of every step's episodes equal the sampler's (``rollout_kl`` about
     0) when the weights are pushed after each update; without the push they drift apart (the
     check can fail)."""
