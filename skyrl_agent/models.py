@@ -36,6 +36,7 @@ __all__ = [
     "switch_attention",
     "load_model_and_tokenizer",
     "load_tokenizer",
+    "resolve_model_path",
     "tiny_random_model",
 ]
 
@@ -150,7 +151,9 @@ def pretrained_kwargs(transformers: Any) -> dict[str, Any]:
     return {"use_kernels": False} if hasattr(transformers.PreTrainedModel, "set_use_kernels") else {}
 
 
-def _resolve(path: str | os.PathLike[str]) -> str:
+def resolve_model_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as a directory or hub id another loader (vLLM) reads: the bundled model's
+    converted directory for its aliases (``smollm2-135m``, ``bundled``), else ``path``."""
     return str(bundled_model_dir()) if str(path) in (BUNDLED_MODEL, "bundled") else str(path)
 
 
@@ -158,7 +161,7 @@ def load_tokenizer(path: str | os.PathLike[str] = BUNDLED_MODEL) -> Any:
     """The tokenizer of ``path`` (a local directory, a hub id in the local cache, or
     :data:`BUNDLED_MODEL`)."""
     transformers: Any = require("transformers", "training", "loading a tokenizer")
-    return transformers.AutoTokenizer.from_pretrained(_resolve(path))
+    return transformers.AutoTokenizer.from_pretrained(resolve_model_path(path))
 
 
 def load_model_and_tokenizer(
@@ -171,7 +174,7 @@ def load_model_and_tokenizer(
         torch_dtype = getattr(torch, dtype)
     except AttributeError:
         raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16") from None
-    resolved = _resolve(path)
+    resolved = resolve_model_path(path)
     tok = transformers.AutoTokenizer.from_pretrained(resolved)
     model = transformers.AutoModelForCausalLM.from_pretrained(
         resolved, dtype=torch_dtype, **pretrained_kwargs(transformers)

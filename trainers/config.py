@@ -147,7 +147,9 @@ class ModelConfig:
     lora_merge: bool = True
     """With LoRA: roll out from a separate copy of the base model into which the adapters are
     merged after every update (plain linear layers decode faster); False: roll out from the
-    training model itself, adapters applied on every forward."""
+    training model itself, adapters applied on every forward. With ``sampler_engine vllm``: push
+    the whole model with the adapters merged, or (False) the adapters alone, which vLLM applies
+    through its LoRA support."""
     bf16: bool | None = None
     """bf16 autocast for generation and training. None (auto): on where the device computes bf16
     natively (CUDA; a CPU with AVX512-BF16 or AMX), off elsewhere: on an AVX2-only CPU bf16 is

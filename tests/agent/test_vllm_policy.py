@@ -161,6 +161,27 @@ def test_grpo_steps_with_vllm_rollouts_keep_sampler_and_trainer_in_step(
     assert stale[0]["rollout_kl"] < 1e-5 < stale[-1]["rollout_kl"], [r["rollout_kl"] for r in stale]
 
 
+def test_a_lora_run_pushes_every_weight_with_the_adapters_merged(tiny_dir, tmp_path, policy):
+    """LoRA on q and v only: the sampler gets the whole model, those layers merged (k alone
+    would be left out of its fused q/k/v group otherwise), and stays in step with the trainer."""
+    policy.close()
+    steps = _grpo(
+        tiny_dir, tmp_path, "lora", lora_rank=8, lora_alpha=16, lora_target_modules=("q_proj", "v_proj")
+    )
+    assert all(abs(r["rollout_kl"]) < 1e-5 for r in steps), [r["rollout_kl"] for r in steps]
+
+
+def test_a_lora_run_with_vllm_s_lora_loading_pushes_the_adapters_alone(tiny_dir, tmp_path, policy):
+    """``--no-lora-merge``: each update sends the adapters alone, vLLM applies them through its
+    LoRA support, and the sampler stays in step with the trainer."""
+    policy.close()
+    steps = _grpo(
+        tiny_dir, tmp_path, "lora-adapters", lora_rank=8, lora_alpha=16, lora_merge=False,
+        lora_target_modules=("q_proj", "v_proj"),
+    )  # fmt: skip
+    assert all(abs(r["rollout_kl"]) < 1e-5 for r in steps), [r["rollout_kl"] for r in steps]
+
+
 def test_grpo_steps_with_vllm_on_ray_workers(tiny_dir, tmp_path, policy):
     """The same run with the rollouts on two Ray workers, each with its own vLLM engine: every
     episode records the weights it was sampled with, and the sampler and trainer agree."""

@@ -122,6 +122,47 @@ def test_merged_weights_leave_the_training_model_alone():
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
+def test_the_merged_state_dict_is_every_weight_of_the_plain_model():
+    """What a vLLM sampler gets with LoRA: the plain model's every name, the adapted layers merged
+    and the rest as they are (vLLM corrupts a fused group loaded in part)."""
+    from trainers.lora import merged_state_dict
+
+    plain = tiny_lm().state_dict()
+    model = apply_lora(tiny_lm(), rank=4, alpha=8, target_modules=("q_proj", "v_proj"))
+    train_a_few_steps(model)
+    whole = merged_state_dict(model)
+    assert set(whole) == set(plain)
+    merged = merged_weights(model)
+    assert merged and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in merged)
+    assert all(torch.equal(whole[k], v) for k, v in merged.items())
+    unadapted = [k for k in plain if k not in merged]
+    assert any("k_proj" in k for k in unadapted)
+    assert all(torch.equal(whole[k], plain[k]) for k in unadapted)  # frozen, as they started
+
+
+def test_the_adapters_and_their_config_as_peft_writes_them(tmp_path):
+    """What vLLM's LoRA loading gets: the tensors and ``adapter_config.json`` that peft's own
+    ``save_pretrained`` writes (all-linear resolved to the layer names)."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from trainers.lora import adapter_config, adapter_state_dict
+
+    model = apply_lora(tiny_lm(), rank=4, alpha=8)
+    train_a_few_steps(model)
+    model.save_pretrained(tmp_path)
+    saved = load_file(tmp_path / "adapter_model.safetensors")
+    ours = adapter_state_dict(model)
+    assert set(ours) == set(saved) and all(".lora_" in k for k in ours)
+    assert all(torch.equal(ours[k], saved[k]) for k in ours)
+    config = adapter_config(model)
+    written = json.loads((tmp_path / "adapter_config.json").read_text())
+    assert config["r"] == written["r"] == 4 and config["lora_alpha"] == 8
+    assert sorted(config["target_modules"]) == sorted(written["target_modules"])
+    assert "model.layers.0.self_attn.q_proj" in config["target_modules"] and json.dumps(config)
+
+
 def test_the_kl_reference_is_the_starting_policy_with_lora_and_without():
     """``reference_fn``: with LoRA, the trained model with its adapters off; without, a frozen
     copy taken before training. Either way the logprobs of the model as it started."""
