@@ -62,6 +62,7 @@ def _time_batches(play, items, batches: int) -> list[float]:
         if failed:  # a rate of failed episodes would measure nothing
             raise SystemExit(f"{len(failed)} of {len(trajs)} episodes failed: {failed[0].error}")
         out.append(len(trajs) / (time.perf_counter() - start))
+        print(f"[bench_ray] {len(trajs)} episodes at {out[-1]:.2f}/s", file=sys.stderr, flush=True)
     return out
 
 

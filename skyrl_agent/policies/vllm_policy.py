@@ -88,7 +88,8 @@ class VLLMPolicy:
         max_model_len: the longest context (prompt and response) in tokens.
         max_batch_size: most requests handed to one ``LLM.generate`` call.
         kv_cache_gb: the KV cache's size in GB (vLLM's ``kv_cache_memory_bytes``); None: 1 GB on
-            a CPU, vLLM's ``gpu_memory_utilization`` share on a GPU.
+            a CPU, vLLM's ``gpu_memory_utilization`` share on a GPU. On a CPU the engine also runs
+            eagerly (``enforce_eager``) unless ``engine_kwargs`` says otherwise.
         in_process: run vLLM's engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``):
             no extra processes, a weight push in 0.3 s instead of 3.7 s for SmolLM2-135M here.
             False: vLLM's default (engine processes; a script then needs an
@@ -131,8 +132,12 @@ class VLLMPolicy:
             "logprobs_mode": "raw_logprobs",
             "worker_extension_cls": f"{__name__}.WeightSync",
         }
-        if kv_cache_gb is None and not torch.cuda.is_available():
-            kv_cache_gb = 1.0
+        if not torch.cuda.is_available():
+            if kv_cache_gb is None:
+                kv_cache_gb = 1.0
+            # eager on a CPU: the compiled path took 57 s to warm up for SmolLM2-135M and its
+            # engine failed on its first batch inside a Ray worker (bench_ray, 2026-12-07)
+            kwargs["enforce_eager"] = True
         if kv_cache_gb is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
         self.lora_config = dict(lora_config) if lora_config else None
