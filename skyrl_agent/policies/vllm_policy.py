@@ -135,8 +135,7 @@ class VLLMPolicy:
         if not torch.cuda.is_available():
             if kv_cache_gb is None:
                 kv_cache_gb = 1.0
-            # eager on a CPU: the compiled path took 57 s to warm up for SmolLM2-135M and its
-            # engine failed on its first batch inside a Ray worker (bench_ray, 2026-12-07)
+            # eager on a CPU: the compiled path took 57 s to warm up for SmolLM2-135M here
             kwargs["enforce_eager"] = True
         if kv_cache_gb is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
