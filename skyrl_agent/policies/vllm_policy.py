@@ -89,7 +89,8 @@ class VLLMPolicy:
         max_batch_size: most requests handed to one ``LLM.generate`` call.
         kv_cache_gb: the KV cache's size in GB (vLLM's ``kv_cache_memory_bytes``); None: 1 GB on
             a CPU, vLLM's ``gpu_memory_utilization`` share on a GPU. On a CPU the engine also runs
-            eagerly (``enforce_eager``) unless ``engine_kwargs`` says otherwise.
+            eagerly (``enforce_eager``) and without chunked prefill (see decision 0039) unless
+            ``engine_kwargs`` says otherwise.
         in_process: run vLLM's engine in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``):
             no extra processes, a weight push in 0.3 s instead of 3.7 s for SmolLM2-135M here.
             False: vLLM's default (engine processes; a script then needs an
@@ -137,6 +138,9 @@ class VLLMPolicy:
                 kv_cache_gb = 1.0
             # eager on a CPU: the compiled path took 57 s to warm up for SmolLM2-135M here
             kwargs["enforce_eager"] = True
+            # vLLM 0.32 on a CPU: a seeded request whose prefill is chunked fails the engine
+            # ("CPU Generator does not use offset") and the engine never answers again
+            kwargs["enable_chunked_prefill"] = False
         if kv_cache_gb is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
         self.lora_config = dict(lora_config) if lora_config else None
