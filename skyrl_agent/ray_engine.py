@@ -63,7 +63,7 @@ from skyrl_agent.engine import (
 from skyrl_agent.failures import Failure, FailureStage
 from skyrl_agent.types import RolloutConfig, Trajectory
 
-__all__ = ["RayConfig", "RayRolloutEngine", "WorkerCounts", "place_bundles", "register_specs"]
+__all__ = ["RayConfig", "RayRolloutEngine", "WorkerCounts", "in_bundle", "place_bundles", "register_specs"]
 
 #: Builds the policy inside a worker process (must pickle: a module-level function or a
 #: ``functools.partial`` of one).
@@ -324,24 +324,17 @@ class RayRolloutEngine:
             self.close()  # new run-time envs: the workers must register them
         self._specs.update(needed)
         if not self._actors:
-            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
             rc = self.ray_config
             self._group = self._place(ray)
             specs = list(self._specs.values())
             for index in range(rc.num_workers):
-                strategy = (
-                    PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index)
-                    if self._group is not None
-                    else None
-                )
                 remote = ray.remote(_Worker).options(
                     num_cpus=rc.num_cpus_per_worker,
                     num_gpus=rc.num_gpus_per_worker,
                     memory=rc.memory_per_worker_gb * 1e9 or None,
                     max_restarts=rc.max_restarts,
                     runtime_env=rc.runtime_env or None,
-                    scheduling_strategy=strategy,
+                    scheduling_strategy=in_bundle(self._group, index),
                 )
                 self._actors.append(
                     remote.remote(
@@ -542,6 +535,16 @@ def register_specs(specs: Sequence[Any]) -> None:
             skyrl_gym.register(
                 spec.id, spec.entry_point, spec.kwargs, description=spec.description, source=spec.source
             )
+
+
+def in_bundle(group: Any, index: int) -> Any:
+    """The scheduling strategy that puts an actor in bundle ``index`` of placement ``group``
+    (None, Ray's default placement, when there is no group)."""
+    if group is None:
+        return None
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
 
 
 def place_bundles(

@@ -25,7 +25,6 @@ it, so on a real cluster both must be on storage every node sees.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -139,7 +138,6 @@ class RayTrainerRanks:
         self._refs: dict[Any, int] = {}
         self._where: list[tuple[int, str]] = []
         self._workers = ""
-        self._lock = threading.Lock()
 
     def __enter__(self) -> RayTrainerRanks:
         return self
@@ -152,11 +150,9 @@ class RayTrainerRanks:
         import uuid
 
         import skyrl_gym
-        from skyrl_agent.ray_engine import place_bundles
+        from skyrl_agent.ray_engine import in_bundle, place_bundles
 
         ray: Any = require("ray", "ray", "running trainer ranks on a Ray cluster")
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         if not ray.is_initialized():
             ray.init(address=self.cfg.run.ray_address)
         self._ray = ray
@@ -177,27 +173,19 @@ class RayTrainerRanks:
         specs = [s for s in skyrl_gym.list_envs() if s.source == "user"]
         self._workers = f"skyrl-rollout-workers-{uuid.uuid4().hex[:12]}"
         for index in range(self.world_size):
-            strategy = (
-                PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index)
-                if self._group is not None
-                else None
-            )
             remote = ray.remote(_Rank).options(
                 num_cpus=run.ray_cpus_per_rank,
                 num_gpus=run.ray_gpus_per_rank,
                 max_restarts=0,  # a process group cannot take a new member mid-run
-                scheduling_strategy=strategy,
+                scheduling_strategy=in_bundle(self._group, index),
             )
             self._actors.append(remote.remote(specs))
         self._where = ray.get([a.where.remote() for a in self._actors], timeout=START_TIMEOUT_S)
         host, port = ray.get(self._actors[0].rendezvous.remote(), timeout=START_TIMEOUT_S)
-        with self._lock:
-            self._refs = {
-                actor.train.remote(
-                    self.entry, self.cfg, rank, self.world_size, host, port, self._workers
-                ): rank
-                for rank, actor in enumerate(self._actors)
-            }
+        self._refs = {
+            actor.train.remote(self.entry, self.cfg, rank, self.world_size, host, port, self._workers): rank
+            for rank, actor in enumerate(self._actors)
+        }
 
     def pids(self) -> list[int]:
         """The ranks' process ids, by rank (asked before they started training: an actor answers
