@@ -98,7 +98,13 @@ def worker(args: argparse.Namespace) -> None:
     from trainers.checkpointing import enable_activation_checkpointing
     from trainers.config import TrainConfig
     from trainers.logprobs import shared_prefix_len
-    from trainers.memory import PhasePeak, release_free_memory, rss_bytes, state_bytes
+    from trainers.memory import (
+        PhasePeak,
+        activation_bytes_per_token,
+        release_free_memory,
+        rss_bytes,
+        state_bytes,
+    )
     from trainers.step import micro_batches, train_step
 
     torch.set_num_threads(args.threads)
@@ -106,7 +112,8 @@ def worker(args: argparse.Namespace) -> None:
     model, tok = load_model_and_tokenizer(BUNDLED_MODEL)
     if ckpt:
         enable_activation_checkpointing(model)
-    cfg = TrainConfig(bf16=True, micro_batch_tokens=mbt, activation_checkpointing=ckpt)
+    # the variant's token bound alone (no activation budget on top of it)
+    cfg = TrainConfig(bf16=True, micro_batch_tokens=mbt, activation_checkpointing=ckpt, train_memory_gb=0)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6, fused=True)
     batch = _batch(tok.pad_token_id, args)
     slices = micro_batches(batch, cfg.optimizer.micro_batch_size, cfg.optimizer.micro_batch_tokens)
@@ -126,6 +133,7 @@ def worker(args: argparse.Namespace) -> None:
                 "micro_batches": len(slices),
                 "largest_micro_batch_tokens": max(computed),
                 "loaded": rss_bytes(),
+                "estimate": activation_bytes_per_token(model, bf16=True),
             }
         ),
         flush=True,
@@ -294,7 +302,8 @@ def run_trainer(args: argparse.Namespace) -> None:
         per_token = (last["peak"] - steps[0]["after_release"]) / max(info["largest_micro_batch_tokens"], 1)
         print(
             f"  last step's peak above the resident size after the first step's release: "
-            f"{per_token / 1e6:.3f} MB per computed token of the largest micro-batch"
+            f"{per_token / 1e6:.3f} MB per computed token of the largest micro-batch "
+            f"(estimated by trainers.memory.activation_bytes_per_token: {info.get('estimate', 0) / 1e6:.3f} MB)"
         )
     if not results:
         return

@@ -96,7 +96,11 @@ def _run(args: argparse.Namespace) -> int:
     from trainers.config_file import config_of_args
     from trainers.loop import train
 
-    result = train(config_of_args(TrainConfig, args))
+    cfg = config_of_args(TrainConfig, args)
+    from trainers.allocator import reexec
+
+    reexec(cfg.run.allocator)  # returns unless it starts this command again on jemalloc
+    result = train(cfg)
     if not _is_main_rank():
         _exit_if_torchrun_worker()
         return 0

@@ -44,6 +44,7 @@ from skyrl_agent.types import PromptItem, Trajectory
 from skyrl_gym.errors import ConfigError
 from skyrl_gym.user_envs import import_modules
 from trainers.advantages import compute_advantages, episode_advantages
+from trainers.allocator import jemalloc_loaded
 from trainers.async_rollouts import AsyncRollouts
 from trainers.batch import TrainBatch, collate
 from trainers.config import TrainConfig
@@ -430,6 +431,7 @@ def _write_summary(
         "model": cfg.model.path,
         "steps": cfg.run.steps,
         "world_size": dist.world_size,
+        "allocator": "jemalloc" if jemalloc_loaded() else "glibc",
         "baseline": baseline.as_dict() if baseline else None,
         "final": final.as_dict() if final else None,
         "seconds": seconds,

@@ -27,6 +27,7 @@ from trainers.distributed import SINGLE, DistContext
 from trainers.kl import kl_loss
 from trainers.logprobs import forward_logprobs, shared_prefix_len, token_logprobs
 from trainers.losses import entropy_bonus_loss, policy_loss, reduction_weights, value_loss
+from trainers.memory import GB, activation_bytes_per_token
 from trainers.types import (
     EntropyStats,
     KLConfig,
@@ -36,7 +37,7 @@ from trainers.types import (
     ValueLossStats,
 )
 
-__all__ = ["StepStats", "train_step", "old_logprobs", "micro_batches"]
+__all__ = ["StepStats", "train_step", "old_logprobs", "micro_batches", "micro_batch_token_bound"]
 
 
 @dataclass
@@ -56,6 +57,11 @@ class StepStats:
     seconds: float = 0.0
     tokens_per_s: float = 0.0
     lr: float = 0.0
+    micro_batches: int = 0
+    """Micro-batches per update (:func:`micro_batches`): the most of any rank (FSDP2's dummy
+    passes not counted)."""
+    micro_batch_tokens: int = 0
+    """The bound on a micro-batch's computed tokens (:func:`micro_batch_token_bound`; 0: none)."""
     extra: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -106,6 +112,19 @@ def _fsdp_clip(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tenso
             if p.grad is not None:
                 p.grad.mul_(coef.to(p.grad.device))
     return norm
+
+
+def micro_batch_token_bound(model: torch.nn.Module, cfg: TrainConfig) -> int:
+    """The most tokens a micro-batch of ``model``'s train step computes: ``micro_batch_tokens``,
+    or fewer where ``train_memory_gb`` holds fewer at
+    :func:`trainers.memory.activation_bytes_per_token` each (0: no bound)."""
+    bound = cfg.optimizer.micro_batch_tokens
+    if cfg.optimizer.train_memory_gb > 0:
+        per_token = activation_bytes_per_token(model, bf16=cfg.model.bf16)
+        if per_token > 0:
+            fits = max(1, int(cfg.optimizer.train_memory_gb * GB // per_token))
+            bound = min(bound, fits) if bound > 0 else fits
+    return bound
 
 
 def _lockstep_micro_batches(
@@ -375,9 +394,8 @@ def train_step(
     loss_scale = float(dist.world_size) if dist.fsdp else 1.0
     filler = batch.select(slice(0, 1))  # FSDP2's dummy passes run on it, with weight 0
     # one split for the old logprobs and every update (with FSDP2 it also takes an all-gather)
-    slices = _lockstep_micro_batches(
-        local, cfg.optimizer.micro_batch_size, cfg.optimizer.micro_batch_tokens, dist
-    )
+    max_tokens = micro_batch_token_bound(model, cfg)
+    slices = _lockstep_micro_batches(local, cfg.optimizer.micro_batch_size, max_tokens, dist)
     if cfg.optimizer.updates_per_step > 1 and local.old_logprobs_BT is None and (B_local or dist.fsdp):
         local.old_logprobs_BT = old_logprobs(
             model,
@@ -387,7 +405,7 @@ def train_step(
             cfg.optimizer.fused_head,
             dist=dist,
             filler=filler,
-            micro_batch_tokens=cfg.optimizer.micro_batch_tokens,
+            micro_batch_tokens=max_tokens,
             slices=slices,
         )
     sums = dict.fromkeys(_stat_keys(pcfg.truncated_is, critic is not None), 0.0)
@@ -423,11 +441,13 @@ def train_step(
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     model.eval()
+    n_micro = sum(1 for sl in slices if sl is not None)
     if dist.enabled:  # every rank reports the whole batch
         keys = list(sums)
         sums = dict(zip(keys, dist.all_reduce_sum([sums[k] for k in keys]), strict=True))
-        ratio_max = max(dist.all_gather_objects(ratio_max))
-    return _step_stats(
+        gathered = dist.all_gather_objects((ratio_max, n_micro))
+        ratio_max, n_micro = max(r for r, _ in gathered), max(n for _, n in gathered)
+    stats = _step_stats(
         sums,
         ratio_max=ratio_max,
         updates=cfg.optimizer.updates_per_step,
@@ -438,3 +458,5 @@ def train_step(
         seconds=time.perf_counter() - start,
         attended_tokens=float(batch.attention_mask_BT.sum()),
     )
+    stats.micro_batches, stats.micro_batch_tokens = n_micro, max_tokens
+    return stats

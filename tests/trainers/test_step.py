@@ -49,12 +49,15 @@ def make_batch(B=5, T=9, seed=1):
     )
 
 
-def grads_after_step(micro_batch_size, reduction="token_mean", updates=1, micro_batch_tokens=0):
+def grads_after_step(
+    micro_batch_size, reduction="token_mean", updates=1, micro_batch_tokens=0, train_memory_gb=8.0
+):
     model = tiny_lm()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: keep the weights, look at grads
     cfg = TrainConfig(
         micro_batch_size=micro_batch_size,
         micro_batch_tokens=micro_batch_tokens,
+        train_memory_gb=train_memory_gb,
         bf16=False,
         reduction=reduction,
         grad_clip=0.0,
