@@ -21,8 +21,9 @@ and run directory with the same seed, and prints one table:
         --variant release0-ckpt="--release-memory-above 0 --activation-checkpointing" \\
         -- --seed 0
 
-Each variant is ``NAME=FLAGS`` (flags split like a shell's words; empty: the defaults); flags
-after ``--`` go to every variant. A run still going after ``--deadline-s`` is killed, and every
+Each variant is ``NAME=FLAGS`` (flags split like a shell's words; empty: the defaults), or
+``NAME@COMMIT=FLAGS`` to run that commit's code (a git worktree of it, removed at the end): a
+change measured against the code before it in one sitting. Flags after ``--`` go to every variant. A run still going after ``--deadline-s`` is killed, and every
 run dies with this process (even after ``kill -9`` of it).
 """
 
@@ -111,13 +112,22 @@ def read_run(
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
-    """``NAME=FLAGS`` -> ``(NAME, [flags])``."""
+    """``NAME=FLAGS`` -> ``(NAME, [flags])``; ``NAME@REV=FLAGS`` keeps ``NAME@REV`` (see
+    :func:`split_rev`)."""
     name, sep, flags = text.partition("=")
-    if not sep or not name or any(c in name for c in "/ "):
+    if not sep or not name or any(c in name for c in "/ ") or name.startswith("@") or name.endswith("@"):
         raise SystemExit(
-            f"--variant {text!r}: write NAME=FLAGS, e.g. default= or release0='--release-memory-above 0'"
+            f"--variant {text!r}: write NAME=FLAGS, e.g. default= or release0='--release-memory-above 0' "
+            "(NAME@COMMIT=FLAGS runs that commit's code)"
         )
     return name, shlex.split(flags)
+
+
+def split_rev(name: str) -> tuple[str, str | None]:
+    """``NAME@REV`` -> ``(NAME, REV)``: the variant runs the code of commit ``REV`` (a git
+    worktree of it under the run root); ``NAME`` -> ``(NAME, None)``: this checkout's."""
+    base, _, rev = name.partition("@")
+    return base, rev or None
 
 
 def table(runs: list[RunFigures]) -> str:
@@ -143,9 +153,23 @@ def table(runs: list[RunFigures]) -> str:
     return "\n".join(lines)
 
 
+def worktree(root: Path, rev: str) -> str:
+    """A detached git worktree of ``rev`` under ``root`` (made once; removed by :func:`main`)."""
+    repo = Path(__file__).resolve().parent.parent
+    tree = root / f"tree-{rev}"
+    if not tree.exists():
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(tree), rev], cwd=repo, check=True, capture_output=True
+        )
+    return str(tree)
+
+
 def run_variant(root: Path, name: str, flags: list[str], common: list[str], deadline_s: float) -> RunFigures:
-    """One run of the train verb with ``common + flags`` into ``root/name``; waits for it."""
-    project = str(Path(__file__).resolve().parent.parent)
+    """One run of the train verb with ``common + flags`` into ``root/name``; waits for it. A name
+    ``NAME@REV`` runs commit ``REV``'s code (its worktree first on ``PYTHONPATH``, the same
+    interpreter and installed packages) into ``root/NAME``."""
+    name, rev = split_rev(name)
+    project = worktree(root, rev) if rev else str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [project, os.environ.get("PYTHONPATH")])))
     run_dir = root / name
     cmd = [sys.executable, "-c", _BOOT, str(os.getpid()), "train", *common, *flags, "--run-dir", str(run_dir)]
@@ -167,7 +191,7 @@ def run_variant(root: Path, name: str, flags: list[str], common: list[str], dead
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code  # reaped by wait4 above
     max_rss_gb = usage.ru_maxrss * 1024 / 1e9  # kilobytes on Linux
-    fig = read_run(run_dir, name, flags, code, wall, max_rss_gb)
+    fig = read_run(run_dir, f"{name}@{rev}" if rev else name, flags, code, wall, max_rss_gb)
     print(f"[{name}] exit {code}, {wall:.0f} s, max RSS {max_rss_gb:.2f} GB", flush=True)
     return fig
 
@@ -186,11 +210,19 @@ def main() -> int:
         raise SystemExit("bench_main_job reads wait4's ru_maxrss in kilobytes: Linux only")
     variants = [parse_variant(v) for v in args.variant]
     names = [n for n, _ in variants]
-    if len(set(names)) != len(names):
+    if len({split_rev(n)[0] for n in names}) != len(names):
         raise SystemExit(f"variant names must differ, got {names}")
     root = Path(args.run_root)
     root.mkdir(parents=True, exist_ok=True)
-    runs = [run_variant(root, name, flags, args.train_args, args.deadline_s) for name, flags in variants]
+    try:
+        runs = [run_variant(root, name, flags, args.train_args, args.deadline_s) for name, flags in variants]
+    finally:
+        for rev in {split_rev(n)[1] for n in names} - {None}:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(root / f"tree-{rev}")],
+                cwd=Path(__file__).resolve().parent.parent,
+                capture_output=True,
+            )
     print()
     print(f"common flags: {' '.join(args.train_args) or '(none)'}")
     for r in runs:

@@ -240,6 +240,17 @@ class InferenceEngine:
         with self._cv:
             self.store.clear()
 
+    def release_buffers(self) -> int:
+        """Free the running rows' KV buffers while no row runs (the next admission allocates them
+        again; under a byte budget, or after a context past 4,096 columns, the engine does so by
+        itself); returns the bytes they held (0 while rows run)."""
+        with self._step_lock:
+            if self.scheduler.running:
+                return 0
+            held = self._slots.nbytes()
+            self._slots.release()
+            return held
+
     def close(self) -> None:
         """Stop the worker; waiting and running requests fail. Idempotent."""
         with self._cv:

@@ -22,7 +22,7 @@ import torch
 
 from skyrl_agent._prefix import common_prefix
 
-__all__ = ["KV", "Past", "PrefixStore", "Slots"]
+__all__ = ["KV", "Past", "PrefixStore", "Slots", "StoredKV"]
 
 #: One row's KV, per layer ``(keys, values)`` of ``[1, heads, T, dim]``.
 KV = list[tuple[torch.Tensor, torch.Tensor]]
@@ -252,12 +252,41 @@ class Slots:
         self.cache = None
 
 
+def _kv_bytes(kv: KV) -> int:
+    return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+
+
+@dataclass
+class StoredKV:
+    """What :meth:`PrefixStore.take_found` hands out: the KV of a prompt's first tokens, either
+    whole (``head`` None) or as a head held by reference (a shared prefix's stored columns, its
+    first ``head_n`` used) and the columns after it (``kv``)."""
+
+    kv: KV
+    head: KV | None = None
+    head_n: int = 0
+
+    def full(self) -> KV:
+        """Every column, the head's copied in front of the rest when there is one."""
+        if self.head is None:
+            return self.kv
+        n = self.head_n
+        return [
+            (torch.cat([hk[:, :, :n], k], 2), torch.cat([hv[:, :, :n], v], 2))
+            for (hk, hv), (k, v) in zip(self.head, self.kv, strict=True)
+        ]
+
+
 @dataclass
 class _Entry:
     ids: list[int]
-    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    kv: KV
+    """The columns from ``head_n`` on (all of them without a head)."""
     nbytes: int
+    """Bytes of ``kv`` (a head counts once in the store, however many entries hold it)."""
     version: int
+    head: KV | None = None
+    head_n: int = 0
 
 
 class PrefixStore:
@@ -265,11 +294,18 @@ class PrefixStore:
 
     :meth:`find` picks the entry sharing the longest prefix with a prompt; :meth:`take_found`
     hands its KV out, removing an entry used whole (the next turn extends it) and keeping one
-    used in part (a system prompt other prompts share)."""
+    used in part (a system prompt other prompts share).
+
+    A row under the engine's shared prefix is stored as that prefix's columns by reference (its
+    ``head``) and its own columns after them: every sample of every group under one system prompt
+    holds one copy of that prompt's KV, not one each (the main job's rollouts: the prompt is about
+    600 of a finished row's 700 columns; with full copies the store sat at its 2 GB bound).
+    A head's bytes count once while any entry holds it."""
 
     def __init__(self, max_bytes: int, min_tokens: int) -> None:
         self.max_bytes, self.min_tokens = max_bytes, min_tokens
         self._entries: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
+        self._heads: dict[int, list[int]] = {}  # id of a head -> [entries holding it, its bytes]
         self._next = 0
         self.nbytes = 0
         self.evictions = 0
@@ -277,37 +313,65 @@ class PrefixStore:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def _head_bytes_added(self, head: KV | None) -> int:
+        """Bytes a new entry holding ``head`` adds for it: all of it if no entry holds it yet."""
+        return 0 if head is None or id(head) in self._heads else _kv_bytes(head)
+
+    def _add(self, entry: _Entry) -> None:
+        self._entries[self._next] = entry
+        self._next += 1
+        self.nbytes += entry.nbytes
+        if entry.head is not None:
+            ref = self._heads.setdefault(id(entry.head), [0, _kv_bytes(entry.head)])
+            if ref[0] == 0:
+                self.nbytes += ref[1]
+            ref[0] += 1
+
+    def _remove(self, key: int) -> _Entry:
+        entry = self._entries.pop(key)
+        self.nbytes -= entry.nbytes
+        if entry.head is not None:
+            ref = self._heads[id(entry.head)]
+            ref[0] -= 1
+            if ref[0] == 0:
+                self.nbytes -= ref[1]
+                del self._heads[id(entry.head)]
+        return entry
+
+    def _evict_oldest(self) -> int:
+        before = self.nbytes
+        self._remove(next(iter(self._entries)))
+        self.evictions += 1
+        return before - self.nbytes
+
     def put(
         self,
         ids: list[int],
-        kv: list[tuple[torch.Tensor, torch.Tensor]],
+        kv: KV,
         version: int,
         room: int | None = None,
+        head: KV | None = None,
+        head_n: int = 0,
     ) -> None:
         """Keep ``kv`` (the KV of ``ids``, computed with weights ``version``), evicting the least
         recently used entries to stay within ``max_bytes`` and ``room`` (what a byte budget
-        leaves the store now; None: no other bound)."""
-        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+        leaves the store now; None: no other bound). With ``head`` (a shared prefix's stored
+        columns, held by reference, its first ``head_n`` covering ``ids[:head_n]``) ``kv`` holds
+        the columns after them."""
+        nbytes = _kv_bytes(kv)
         bound = self.max_bytes if room is None else min(self.max_bytes, room)
-        if nbytes > bound or len(ids) < self.min_tokens:
+        if nbytes + self._head_bytes_added(head) > bound or len(ids) < self.min_tokens:
             return
-        while self._entries and self.nbytes + nbytes > bound:
-            _, old = self._entries.popitem(last=False)
-            self.nbytes -= old.nbytes
-            self.evictions += 1
-        self._entries[self._next] = _Entry(ids, kv, nbytes, version)
-        self._next += 1
-        self.nbytes += nbytes
+        while self._entries and self.nbytes + nbytes + self._head_bytes_added(head) > bound:
+            self._evict_oldest()
+        self._add(_Entry(ids, kv, nbytes, version, head, head_n if head is not None else 0))
 
     def shrink_to(self, nbytes: int) -> int:
         """Evict least recently used entries until the store holds at most ``nbytes``; returns
         the bytes freed (the engine's byte budget makes room for running rows this way)."""
         freed = 0
         while self._entries and self.nbytes > max(nbytes, 0):
-            _, old = self._entries.popitem(last=False)
-            self.nbytes -= old.nbytes
-            self.evictions += 1
-            freed += old.nbytes
+            freed += self._evict_oldest()
         return freed
 
     def find(self, prompt: Sequence[int], version: int | None) -> tuple[int, int] | None:
@@ -331,7 +395,7 @@ class PrefixStore:
             return None
         return best_key, best_len
 
-    def take_found(self, key: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    def take_found(self, key: int, n: int) -> StoredKV | None:
         """The first ``n`` columns of entry ``key`` (from :meth:`find`), or None when that entry
         has been evicted since. An entry used whole is removed (the next turn extends it and
         stores a longer one when it finishes); one used in part (a system prompt shared by other
@@ -341,23 +405,24 @@ class PrefixStore:
         if entry is None:
             return None
         if n == len(entry.ids):
-            del self._entries[key]
-            self.nbytes -= entry.nbytes
-            return entry.kv
+            self._remove(key)
+            return StoredKV(entry.kv, entry.head, entry.head_n)
         self._entries.move_to_end(key)
-        return [(k[:, :, :n], v[:, :, :n]) for k, v in entry.kv]
+        if entry.head is not None and n <= entry.head_n:
+            return StoredKV([(k[:, :, :n], v[:, :, :n]) for k, v in entry.head])
+        m = n - entry.head_n
+        return StoredKV([(k[:, :, :m], v[:, :, :m]) for k, v in entry.kv], entry.head, entry.head_n)
 
-    def take(
-        self, prompt: Sequence[int], version: int | None
-    ) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None:
-        """:meth:`find` then :meth:`take_found`: ``(tokens, KV)`` or None."""
+    def take(self, prompt: Sequence[int], version: int | None) -> tuple[int, KV] | None:
+        """:meth:`find` then :meth:`take_found`: ``(tokens, KV)`` (every column) or None."""
         found = self.find(prompt, version)
         if found is None:
             return None
         key, n = found
-        kv = self.take_found(key, n)
-        return None if kv is None else (n, kv)
+        got = self.take_found(key, n)
+        return None if got is None else (n, got.full())
 
     def clear(self) -> None:
         self._entries.clear()
+        self._heads.clear()
         self.nbytes = 0

@@ -33,7 +33,7 @@ import torch
 
 from skyrl_agent.policies._cascade import SharedPrefix, cascade_step
 from skyrl_agent.policies._engine_config import EngineConfig, EngineStats
-from skyrl_agent.policies._kv import KV, Past, PrefixStore, Slots
+from skyrl_agent.policies._kv import KV, Past, PrefixStore, Slots, StoredKV
 from skyrl_agent.policies._sampling import find_stop, prefill, sample_rows
 from skyrl_agent.policies._scheduler import Row, Scheduler, resolve, split_by_length
 from skyrl_agent.types import FinishReason, GenerateOutput
@@ -115,15 +115,16 @@ class ModelRunner:
         # Every hit's KV is taken before any prefill runs: a prefill stores prefixes (put), which
         # may evict an entry found above. Ascending length: an entry used in part by one group and
         # whole by another (which removes it) hands out its part first.
-        hits: list[tuple[list[Row], int, KV]] = []
+        hits: list[tuple[list[Row], int, StoredKV]] = []
         for (key, n), members in sorted(groups.items(), key=lambda kv: kv[0][1]):
-            kv = self.store.take_found(key, n)
-            if kv is None:  # gone since find (cannot happen while takes precede prefills)
+            got = self.store.take_found(key, n)
+            if got is None:  # gone since find (cannot happen while takes precede prefills)
                 fresh += members
                 continue
             self.stats.reused_tokens += n * len(members)
-            hits.append((members, n, kv))
-            self._offer_shared(members[0].prompt[:n], kv, version)
+            hits.append((members, n, got))
+            if got.head is None:  # (a head is a shared prefix's columns: offered when it was made)
+                self._offer_shared(members[0].prompt[:n], got.kv, version)
         if fresh:
             self._prefill_isolated(fresh, [r.prompt for r in fresh], [])
         # Next turns of episodes under the shared prefix run over their pasts without it, which
@@ -134,9 +135,9 @@ class ModelRunner:
         N = len(self.shared.ids) if self.shared is not None else 0
         batches: dict[bool, list[tuple[Row, int, Past]]] = {True: [], False: []}
         groups: dict[bool, list[tuple[list[Row], int, Past]]] = {True: [], False: []}
-        for members, n, kv in hits:
-            own = self._after_shared(members[0], n, kv)
-            past = (n, kv) if own is None else own
+        for members, n, got in hits:
+            own = self._after_shared(members[0], n, got)
+            past = (n, got.full()) if own is None else own
             if len(members) > 1:  # one past for all: it runs once, repeated
                 groups[own is not None].append((members, n, past))
             else:
@@ -161,15 +162,25 @@ class ModelRunner:
                     N * over,
                 )
 
-    def _after_shared(self, row: Row, n: int, kv: KV) -> Past | None:
+    def _after_shared(self, row: Row, n: int, got: StoredKV) -> Past | None:
         """``(n - N, the columns after the shared prefix)`` when ``row``'s past of ``n`` stored
-        columns starts with the whole shared prefix (``N`` tokens, the same weights), else None."""
+        columns starts with the whole shared prefix (``N`` tokens, the same weights), else None.
+        A past stored over a head of at least ``N`` columns gives them without copying the head."""
         shared = self.shared
         if shared is None or not self.cascade_on or self.device.type != "cpu":
             return None
         N = len(shared.ids)
         if n <= N or row.version != shared.version or shared.shared_with(row.prompt) != N:
             return None
+        if got.head is not None and got.head_n >= N:
+            if got.head_n == N:
+                return n - N, got.kv
+            m = got.head_n
+            return n - N, [
+                (torch.cat([hk[:, :, N:m], k], 2), torch.cat([hv[:, :, N:m], v], 2))
+                for (hk, hv), (k, v) in zip(got.head, got.kv, strict=True)
+            ]
+        kv = got.full()
         return n - N, [(k[:, :, N:n], v[:, :, N:n]) for k, v in kv]
 
     def _offer_shared(self, ids: list[int], kv: KV, version: int | None) -> None:
@@ -408,16 +419,13 @@ class ModelRunner:
             row.version == self.weights_key or self.config.allow_stale_prefix
         ):
             kv = self.slots.extract(j)
-            if row.shared_n and self.shared is not None:  # the shared prefix's columns go first
+            ids = row.prompt + row.new_ids[:-1]  # the last token was sampled, never run
+            if row.shared_n and self.shared is not None:  # the shared prefix's columns, by reference
                 n, pre = row.shared_n, self.shared.stored
-                kv = [
-                    (torch.cat([pk[:, :, :n], k], 2), torch.cat([pv[:, :, :n], v], 2))
-                    for (pk, pv), (k, v) in zip(
-                        pre, kv or [(pk[:, :, :0], pv[:, :, :0]) for pk, pv in pre], strict=True
-                    )
-                ]
-            if kv is not None:  # the last token was sampled, never run
-                self.store.put(row.prompt + row.new_ids[:-1], kv, row.version, room=self.store_room())
+                own = kv or [(pk[:, :, :0], pv[:, :, :0]) for pk, pv in pre]
+                self.store.put(ids, own, row.version, room=self.store_room(), head=pre, head_n=n)
+            elif kv is not None:
+                self.store.put(ids, kv, row.version, room=self.store_room())
         self.finish(row)
         self.slots.remove(j)
         last = self.sched.running.pop()

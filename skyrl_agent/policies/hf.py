@@ -419,12 +419,15 @@ class HFPolicy:
 
     def drop_stale_kv(self) -> int:
         """Empty the engine's prefix store ahead of a change to the weights it samples with, and
-        return the bytes it held. After the change the stored KV is never reused (unless
-        ``EngineConfig.allow_stale_prefix``), and the engine would empty the store at its next
-        admission anyway; the trainer calls this before its train step so that the store is not
-        held through the step's peak. With ``allow_stale_prefix`` (or the static scheduler) it
-        does nothing and returns 0."""
-        if self.engine is None or self.engine.config.allow_stale_prefix:
+        return the bytes it held; free the idle rows' KV buffers too. After the change the
+        stored KV is never reused (unless ``EngineConfig.allow_stale_prefix``), and the engine
+        would empty the store at its next admission anyway; the trainer calls this before its
+        train step so that neither is held through the step's peak. With ``allow_stale_prefix``
+        the store stays (0 is returned); the static scheduler has neither."""
+        if self.engine is None:
+            return 0
+        self.engine.release_buffers()  # no row runs between the rollouts and the update
+        if self.engine.config.allow_stale_prefix:
             return 0
         held = self.engine.stats().prefix_store_bytes
         self.engine.clear_prefix_store()

@@ -71,6 +71,11 @@ def test_a_variant_without_a_name_is_refused():
     assert bench_main_job.parse_variant("default=") == ("default", [])
     with pytest.raises(SystemExit, match="NAME=FLAGS"):
         bench_main_job.parse_variant("--release-memory-above 0")
+    assert bench_main_job.parse_variant("before@f396808=--seed 1") == ("before@f396808", ["--seed", "1"])
+    assert bench_main_job.split_rev("before@f396808") == ("before", "f396808")
+    assert bench_main_job.split_rev("after") == ("after", None)
+    with pytest.raises(SystemExit, match="NAME@COMMIT"):
+        bench_main_job.parse_variant("@HEAD=")
 
 
 @pytest.mark.slow
@@ -89,13 +94,14 @@ def test_two_tiny_variants_run_one_after_another(tmp_path):
     ]  # fmt: skip
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "bench_main_job.py"), "--run-root", str(tmp_path / "runs"),
-         "--variant", "plain=", "--variant", "release0=--release-memory-above 0",
+         "--variant", "plain@HEAD=", "--variant", "release0=--release-memory-above 0",
          "--json", str(tmp_path / "out.json"), "--", *common],
         capture_output=True, text=True, timeout=400, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     runs = json.loads((tmp_path / "out.json").read_text())
-    assert [r["name"] for r in runs] == ["plain", "release0"]
+    assert [r["name"] for r in runs] == ["plain@HEAD", "release0"]  # HEAD's code from a worktree
+    assert not (tmp_path / "runs" / "tree-HEAD").exists()  # its worktree removed
     assert all(r["exit_code"] == 0 and r["train_steps"] == 1 and r["max_rss_gb"] > 0.1 for r in runs)
     assert all(r["after"] is not None for r in runs)
     assert re.search(r"max RSS \(GB\)\s+[\d.]+\s+[\d.]+ \([\d.]+x\)", out.stdout)
