@@ -339,11 +339,7 @@ class ModelRunner:
         if not keep:
             return
         sel = [row_of[j] for j in keep]
-        layers = [(layer.keys, layer.values) for layer in cache.layers]
         valid = attn_BT
-        if sel != list(range(len(run))):
-            idx = torch.as_tensor(sel, device=dev)
-            layers = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in layers]
         if len(keep) < B:
             valid = valid.index_select(0, torch.as_tensor(keep, device=dev))
         shared = self.shared
@@ -358,6 +354,16 @@ class ModelRunner:
             n_G = torch.as_tensor([rows[j].shared_n for j in keep], device=dev)
             if bool(n_G.any()):  # those rows hold only the columns after the shared prefix
                 valid = valid * (valid.cumsum(1) > n_G[:, None])
+        # the leading columns no row keeps (a shared prefix read from one copy) are cut before
+        # the rows of a group are copied out of their one run: 64 rows of the main job copied
+        # their 600-column prompt each (about 1 GB) to keep 100 columns
+        used = valid.any(0).nonzero()
+        lead = int(used[0]) if len(used) else valid.shape[1]
+        layers = [(layer.keys[:, :, lead:], layer.values[:, :, lead:]) for layer in cache.layers]
+        valid = valid[:, lead:]
+        if sel != list(range(len(run))):
+            idx = torch.as_tensor(sel, device=dev)
+            layers = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in layers]
         self.slots.insert(layers, valid)
         self.sched.running += [rows[j] for j in keep]
 
