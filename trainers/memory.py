@@ -68,7 +68,7 @@ def release_free_memory() -> bool:
     before and after this call)."""
     from trainers.allocator import purge
 
-    if purge():  # on jemalloc (``skyrl train``'s default where one is found): its own call
+    if purge():  # on jemalloc (``skyrl train --allocator jemalloc``): its own call
         return True
     global _libc
     if _libc is None:
