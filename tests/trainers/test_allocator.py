@@ -88,13 +88,8 @@ def test_an_unknown_allocator_is_refused():
 
 @linux
 @needs_jemalloc
-def test_skyrl_train_runs_on_glibc_unless_told_otherwise(tmp_path):
-    from skyrl_agent.models import tiny_random_model
-
-    model_dir = tmp_path / "model"
-    model, tok = tiny_random_model(hidden_size=32, num_layers=1)
-    model.save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
+def test_skyrl_train_runs_on_glibc_unless_told_otherwise(tmp_path, tiny_model_dir):
+    model_dir = tiny_model_dir
     common = [
         "--model", str(model_dir), "--steps", "1", "--prompts-per-step", "2", "--group-size", "2",
         "--train-prompts", "4", "--eval-prompts", "0", "--max-tokens-per-turn", "4",

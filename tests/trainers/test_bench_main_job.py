@@ -80,13 +80,8 @@ def test_a_variant_without_a_name_is_refused():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads wait4's ru_maxrss")
-def test_two_tiny_variants_run_one_after_another(tmp_path):
-    from skyrl_agent.models import tiny_random_model
-
-    model_dir = tmp_path / "model"
-    model, tok = tiny_random_model(hidden_size=32, num_layers=1)
-    model.save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
+def test_two_tiny_variants_run_one_after_another(tmp_path, tiny_model_dir):
+    model_dir = tiny_model_dir
     common = [
         "--model", str(model_dir), "--steps", "1", "--prompts-per-step", "2", "--group-size", "2",
         "--train-prompts", "4", "--eval-prompts", "2", "--eval-samples", "1", "--max-tokens-per-turn", "4",
