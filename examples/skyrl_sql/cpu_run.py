@@ -4,6 +4,7 @@
     python examples/skyrl_sql/cpu_run.py --run-dir runs/sql   # where the run writes
     python examples/skyrl_sql/cpu_run.py --smoke              # a tiny random model, one step (CI)
     python examples/skyrl_sql/cpu_run.py -- --steps 4         # extra `skyrl train` flags after --
+    python examples/skyrl_sql/cpu_run.py --hidden create      # the schema hidden (hidden_data.py)
 
 The databases and questions are generated under ``<run-dir>/data`` (:mod:`cpu_data`: held-out
 databases have schemas training never saw, and held-out questions a different wording). The
@@ -13,23 +14,31 @@ standard error over questions) measured before the first step and after the last
 ``<run-dir>/summary.json`` as ``skyrl train`` writes it (``baseline``/``final`` with ``success``
 and ``success_se``), and plotted in ``<run-dir>/metrics.png``. The last lines printed are the
 held-out success per question shape, before and after.
+
+``--hidden EXAMPLE`` writes the hidden-schema task of :mod:`hidden_data` instead (the same
+domains under names the questions do not give away, the schema left out of the prompt, and the
+worked episode ``EXAMPLE``: ``create`` or ``pragma``), for the run's ``--max-turns``.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import cpu_data  # noqa: E402
+import hidden_data  # noqa: E402
 import recipe  # noqa: E402
+
+if TYPE_CHECKING:
+    from trainers.config import TrainConfig
 
 SMOKE = [
     "--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--max-turns", "2",
@@ -53,11 +62,41 @@ def per_shape(summary: dict, eval_file: Path) -> dict[str, dict[str, float]]:
     }
 
 
+def with_task(cfg: TrainConfig, data_dir: Path, hidden: str | None = None) -> tuple[TrainConfig, Path]:
+    """Write the task under ``data_dir`` (:mod:`cpu_data`'s, or :mod:`hidden_data`'s with the
+    worked episode ``hidden``) for ``cfg``'s turns and seed; return ``cfg`` training on it, with
+    its held-out rows and databases, and the held-out file."""
+    if hidden:
+        train_file, eval_file = hidden_data.write_task(
+            data_dir, max_turns=cfg.rollout.max_turns, seed=cfg.run.seed, example=hidden
+        )
+    else:
+        train_file, eval_file = cpu_data.write_task(
+            data_dir, max_turns=cfg.rollout.max_turns, seed=cfg.run.seed
+        )
+    # cfg.replace sets these settings inside their parts (dataclasses.replace would rebuild the
+    # data part from the defaults, env included)
+    cfg = cfg.replace(
+        data=str(train_file),
+        eval_data=str(eval_file),
+        env_config=(*cfg.data.env_config, f"text2sql.db_path={Path(data_dir).resolve()}"),
+    )
+    print(f"[sql] task in {data_dir}: {sum(1 for _ in open(train_file))} training and "
+          f"{sum(1 for _ in open(eval_file))} held-out questions", file=sys.stderr)  # fmt: skip
+    return cfg, Path(eval_file)
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--flags", default=str(recipe.HERE / "cpu.flags"), help="a flags file for skyrl train")
     ap.add_argument("--run-dir", default=None, help="where the run writes (default: the flags file's)")
     ap.add_argument("--smoke", action="store_true", help="a tiny random model and one step: seconds")
+    ap.add_argument(
+        "--hidden",
+        choices=sorted(hidden_data.EXAMPLES),
+        default=None,
+        help="the hidden-schema task (hidden_data.py) with this worked episode, instead of cpu_data.py's",
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
     args = ap.parse_args(argv[:cut])
@@ -78,16 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
         tok.save_pretrained(run_dir / "tiny-model")
         cfg = cfg.replace(model=str(run_dir / "tiny-model"))
     t0 = time.perf_counter()
-    data_dir = run_dir / "data"
-    train_file, eval_file = cpu_data.write_task(data_dir, max_turns=cfg.rollout.max_turns, seed=cfg.run.seed)
-    cfg = dataclasses.replace(
-        cfg,
-        data=str(train_file),
-        eval_data=str(eval_file),
-        env_config=(*cfg.data.env_config, f"text2sql.db_path={data_dir.resolve()}"),
-    )
-    print(f"[sql] task in {data_dir}: {sum(1 for _ in open(train_file))} training and "
-          f"{sum(1 for _ in open(eval_file))} held-out questions", file=sys.stderr)  # fmt: skip
+    cfg, eval_file = with_task(cfg, run_dir / "data", hidden=args.hidden)
 
     result = train(cfg)
 

@@ -166,6 +166,38 @@ EXAMPLE_TURNS: tuple[tuple[str, str | None], ...] = (
 )  # fmt: skip
 
 
+#: A shorter worked episode: one query reads the table's ``CREATE`` statement (its table and
+#: columns at once), then the solution. Two turns, so rows have ``max_turns`` 3 with it.
+EXAMPLE_TURNS_CREATE: tuple[tuple[str, str | None], ...] = (
+    ("<think>The schema is hidden. I read the table's definition first.</think>\n"
+     "<sql>SELECT sql FROM sqlite_master WHERE type = 'table'</sql>",
+     "sql\nCREATE TABLE stock_rec (sku_txt TEXT PRIMARY KEY, hue TEXT, mass_g INTEGER)"),
+    ("<think>The item is sku_txt and the weight is mass_g.</think>\n"
+     "<solution>SELECT mass_g FROM stock_rec WHERE sku_txt = 'lamp'</solution>",
+     None),
+)  # fmt: skip
+
+#: The worked episodes by name (``--example``): ``pragma`` lists the tables, then a table's
+#: columns, then checks the row (four turns); ``create`` reads the ``CREATE`` statement (two).
+EXAMPLES: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "pragma": EXAMPLE_TURNS,
+    "create": EXAMPLE_TURNS_CREATE,
+}
+ExampleName = Literal["pragma", "create"]
+
+#: More ``create`` episodes, on databases of neither split (``--examples 2`` or ``3`` shows them
+#: after ``demo_shop``'s): (database, its one table's domain, question, the thought before the
+#: solution, the solution). Only their prompts are shown; their databases are never opened.
+MORE_CREATE_EXAMPLES: tuple[tuple[str, Domain, str, str, str], ...] = (
+    ("demo_zoo", Domain("beast_tbl", "label", "zone", "kg_wt", ("ox",), ("north",), 1, 9),
+     "How many animals are there?", "The animals are rows of beast_tbl.",
+     "SELECT COUNT(*) FROM beast_tbl"),
+    ("demo_fleet", Domain("craft_reg", "call_sign", "base", "seat_qty", ("kite",), ("west",), 1, 9),
+     "What is the largest capacity of the planes?", "The capacity is seat_qty.",
+     "SELECT MAX(seat_qty) FROM craft_reg"),
+)  # fmt: skip
+
+
 def _user(db_id: str, question: str) -> dict[str, str]:
     return {
         "role": "user",
@@ -174,34 +206,66 @@ def _user(db_id: str, question: str) -> dict[str, str]:
 
 
 def worked_example(
-    max_turns: int = 5, observation_style: Literal["inline", "messages"] = "inline"
+    max_turns: int = 5,
+    observation_style: Literal["inline", "messages"] = "inline",
+    example: ExampleName = "pragma",
+    examples: int = 1,
 ) -> list[dict[str, str]]:
-    """The worked episode as chat messages: the question on ``demo_shop``, then the model's turns
-    with the env's observations (for an episode of ``max_turns``) appended to the model's message
-    (``inline``, as ``cpu.flags`` plays episodes) or as user messages (``messages``)."""
-    if max_turns < len(EXAMPLE_TURNS):
-        raise ValueError(f"the worked example takes {len(EXAMPLE_TURNS)} turns; max_turns is {max_turns}")
+    """The worked episode ``example`` (:data:`EXAMPLES`) as chat messages: the question on
+    ``demo_shop``, then the model's turns with the env's observations (for an episode of
+    ``max_turns``) appended to the model's message (``inline``, as ``cpu.flags`` plays episodes)
+    or as user messages (``messages``). ``examples`` 2 or 3 (``create`` only) adds the episodes
+    of :data:`MORE_CREATE_EXAMPLES` after it."""
+    if example not in EXAMPLES:
+        raise ValueError(f"unknown example {example!r}; use one of {sorted(EXAMPLES)}")
+    turns = EXAMPLES[example]
+    if max_turns < len(turns):
+        raise ValueError(f"the worked example {example!r} takes {len(turns)} turns; max_turns is {max_turns}")
     if observation_style not in ("inline", "messages"):
         raise ValueError(f"unknown observation_style {observation_style!r}; use 'inline' or 'messages'")
-    messages = [_user(EXAMPLE_DB_ID, EXAMPLE_QUESTION)]
-    inline = ""
-    for turn, (action, result) in enumerate(EXAMPLE_TURNS, start=1):
-        observation = format_observation(result, max_turns - turn) if result is not None else ""
-        if observation_style == "inline":
-            inline += action + observation
-        else:
-            messages.append({"role": "assistant", "content": action})
-            if observation:
-                messages.append({"role": "user", "content": observation})
-    if inline:
-        messages.append({"role": "assistant", "content": inline})
+    most = 1 + len(MORE_CREATE_EXAMPLES) if example == "create" else 1
+    if not 1 <= examples <= most:
+        raise ValueError(f"the worked example {example!r} has 1 to {most} episodes; examples is {examples}")
+    episodes = [(EXAMPLE_DB_ID, EXAMPLE_QUESTION, turns)]
+    for db_id, dom, question, thought, solution in MORE_CREATE_EXAMPLES[: examples - 1]:
+        create = (
+            f"CREATE TABLE {dom.table} ({dom.key} TEXT PRIMARY KEY, {dom.kind} TEXT, {dom.amount} INTEGER)"
+        )
+        episodes.append(
+            (
+                db_id,
+                question,
+                (
+                    (turns[0][0], f"sql\n{create}"),
+                    (f"<think>{thought}</think>\n<solution>{solution}</solution>", None),
+                ),
+            )
+        )
+    messages: list[dict[str, str]] = []
+    for db_id, question, episode in episodes:
+        messages.append(_user(db_id, question))
+        inline = ""
+        for turn, (action, result) in enumerate(episode, start=1):
+            observation = format_observation(result, max_turns - turn) if result is not None else ""
+            if observation_style == "inline":
+                inline += action + observation
+            else:
+                messages.append({"role": "assistant", "content": action})
+                if observation:
+                    messages.append({"role": "user", "content": observation})
+        if inline:
+            messages.append({"role": "assistant", "content": inline})
     return messages
 
 
 def write_example_db(root: str | Path) -> Path:
-    """Write the worked example's database under ``root`` (the ``spider`` layout) and return it."""
+    """Write the worked example's database under ``root`` (the ``spider`` layout) and return it
+    (and, for the tests, :data:`MORE_CREATE_EXAMPLES`' databases beside it, three rows each)."""
     path = Path(root) / "spider" / "database" / EXAMPLE_DB_ID / f"{EXAMPLE_DB_ID}.sqlite"
     cpu_data._write_db(path, EXAMPLE_DOMAIN, EXAMPLE_ROWS)
+    for db_id, dom, *_ in MORE_CREATE_EXAMPLES:
+        data = [(f"{dom.names[0]}{i}", dom.kinds[0], i + 1) for i in range(3)]
+        cpu_data._write_db(Path(root) / "spider" / "database" / db_id / f"{db_id}.sqlite", dom, data)
     return path
 
 
@@ -213,6 +277,8 @@ def task_rows(
     seed: int = 0,
     dbs_per_domain: int = 0,
     observation_style: Literal["inline", "messages"] = "inline",
+    example: ExampleName = "pragma",
+    examples: int = 1,
 ) -> list[dict[str, Any]]:
     """Build the databases of ``split`` (``train``: 3 per :data:`TRAIN` domain; ``eval``: 2 per
     :data:`EVAL` domain) under ``root`` and return their hidden-schema rows."""
@@ -221,7 +287,7 @@ def task_rows(
     domains = TRAIN if split == "train" else EVAL
     per = dbs_per_domain or (3 if split == "train" else 2)
     rng = random.Random(f"hidden-{seed}-{split}")
-    example = worked_example(max_turns, observation_style)
+    shown = worked_example(max_turns, observation_style, example, examples)
     rows = []
     for hidden in domains:
         words = {
@@ -245,7 +311,7 @@ def task_rows(
                         "data_source": "skyrl-sql-cpu-hidden",
                         "prompt": [
                             {"role": "system", "content": SYSTEM_PROMPT.format(max_turns=max_turns)},
-                            *example,
+                            *shown,
                             _user(db_id, question),
                         ],
                         "env_class": "text2sql",
@@ -271,12 +337,16 @@ def write_task(
     max_turns: int = 5,
     seed: int = 0,
     observation_style: Literal["inline", "messages"] = "inline",
+    example: ExampleName = "pragma",
+    examples: int = 1,
 ) -> tuple[Path, Path]:
     """Build every database under ``root`` and write ``root/train.jsonl`` and ``root/eval.jsonl``
-    (the training rows shuffled with ``seed``; the worked episode's observations as
-    ``observation_style``, which the run's ``--observation-style`` must match); returns the two
+    (the training rows shuffled with ``seed``; the worked episode ``example`` (``examples`` of
+    them for ``create``), its observations as ``observation_style``, which the run's ``--observation-style`` must match); returns the two
     paths."""
-    make_rows = functools.partial(task_rows, observation_style=observation_style)
+    make_rows = functools.partial(
+        task_rows, observation_style=observation_style, example=example, examples=examples
+    )
     return cpu_data.write_task(root, max_turns=max_turns, seed=seed, make_rows=make_rows)
 
 
@@ -289,7 +359,22 @@ if __name__ == "__main__":
         default="inline",
         help="the worked episode's observations inside the assistant turn (as cpu.flags plays) or as user turns",
     )
+    ap.add_argument(
+        "--example",
+        choices=sorted(EXAMPLES),
+        default="pragma",
+        help="the worked episode: pragma (tables, then columns, then the row: 4 turns) or create "
+        "(the CREATE statement, then the solution: 2 turns)",
+    )
+    ap.add_argument("--examples", type=int, default=1, help="worked episodes in the prompt (create: 1 to 3)")
+    ap.add_argument("--max-turns", type=int, default=5, help="the rows' max_turns (the run's --max-turns)")
     args = ap.parse_args()
-    train_file, eval_file = write_task(args.root, observation_style=args.observation_style)
+    train_file, eval_file = write_task(
+        args.root,
+        max_turns=args.max_turns,
+        observation_style=args.observation_style,
+        example=args.example,
+        examples=args.examples,
+    )
     for p in (train_file, eval_file):
         print(p, sum(1 for _ in open(p)))

@@ -274,3 +274,25 @@ def test_cpu_search_task_in_the_env(tmp_path):
         out = env.step(f"<answer>{answer}</answer>")
         assert out.done and out.reward == reward
         assert env.get_metrics()["answer_supported"] == (reward == 1.0 or other.town in obs)
+
+
+cpu_run = _load("sql_cpu_run", REPO / "examples" / "skyrl_sql" / "cpu_run.py")
+
+
+@pytest.mark.parametrize("hidden", [None, "create"])
+def test_sql_cpu_run_trains_text2sql_on_the_task_it_wrote(tmp_path, hidden):
+    """The run's config keeps cpu.flags' env and settings and points at the generated rows and
+    databases (a whole-part replace once sent this recipe to the default env)."""
+    flags = recipe.train_config(recipe.read_flags(REPO / "examples" / "skyrl_sql" / "cpu.flags"))
+    cfg, eval_file = cpu_run.with_task(flags, tmp_path / "data", hidden=hidden)
+    assert cfg.data.env == "text2sql" and cfg.data.path == str(tmp_path / "data" / "train.jsonl")
+    assert cfg.data.eval_data == str(eval_file) and eval_file == tmp_path / "data" / "eval.jsonl"
+    assert f"text2sql.db_path={(tmp_path / 'data').resolve()}" in cfg.data.env_config
+    assert (cfg.rollout.max_turns, cfg.optimizer.lr, cfg.rollout.sampling.stop) == (
+        3,
+        1e-5,
+        ("</sql>", "</solution>"),
+    )
+    rows = [json.loads(line) for line in open(cfg.data.path)]
+    assert rows and all(r["max_turns"] == 3 for r in rows)
+    assert all(r.get("env_config", {}).get("hide_schema", False) == (hidden is not None) for r in rows)

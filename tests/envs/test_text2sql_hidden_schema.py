@@ -414,10 +414,11 @@ def test_wordings_shapes_and_gold_queries(task):
 
 
 @pytest.mark.parametrize("style", ["inline", "messages"])
-def test_the_worked_example_shows_what_the_env_returns(tmp_path, style):
+@pytest.mark.parametrize(("name", "max_turns", "schema_queries"), [("pragma", 5, 2), ("create", 3, 1)])
+def test_the_worked_example_shows_what_the_env_returns(tmp_path, style, name, max_turns, schema_queries):
     hidden_data.write_example_db(tmp_path)
-    example = hidden_data.worked_example(5, style)
-    actions = [action for action, _ in hidden_data.EXAMPLE_TURNS]
+    example = hidden_data.worked_example(max_turns, style, name)
+    actions = [action for action, _ in hidden_data.EXAMPLES[name]]
     row = {
         "db_id": hidden_data.EXAMPLE_DB_ID,
         "data": "spider",
@@ -426,7 +427,7 @@ def test_the_worked_example_shows_what_the_env_returns(tmp_path, style):
             "ground_truth": "SELECT mass_g FROM stock_rec WHERE sku_txt = 'lamp'",
         },
         "env_config": {"hide_schema": True},
-        "max_turns": 5,
+        "max_turns": max_turns,
         "prompt": example[:1],
     }
     messages, outs, env = _play(tmp_path, row, actions)
@@ -446,8 +447,58 @@ def test_the_worked_example_shows_what_the_env_returns(tmp_path, style):
     metrics = env.get_metrics()
     assert (metrics["schema_before_use"], metrics["exploration_queries"], metrics["solved"]) == (
         True,
-        2,
+        schema_queries,
         True,
     )
-    with pytest.raises(ValueError, match="takes 4 turns"):
-        hidden_data.worked_example(3)
+    with pytest.raises(ValueError, match=f"takes {len(actions)} turns"):
+        hidden_data.worked_example(len(actions) - 1, style, name)
+    with pytest.raises(ValueError, match="unknown example"):
+        hidden_data.worked_example(5, style, "guess")
+
+
+@pytest.mark.parametrize("style", ["inline", "messages"])
+def test_every_shown_create_episode_is_what_the_env_returns_and_scores_1(tmp_path, style):
+    """``--examples 3``: each worked episode, played in the env on its own database, gives the
+    observations the prompt shows and a solved, well-formed episode; no example name is a
+    name or a stem of either split's."""
+    hidden_data.write_example_db(tmp_path)
+    shown = hidden_data.worked_example(3, style, "create", examples=3)
+    starts = [i for i, m in enumerate(shown) if m["role"] == "user" and m["content"].startswith("Database:")]
+    assert len(starts) == 3
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(shown)
+        episode = shown[start:end]
+        db_id = episode[0]["content"].split("\n", 1)[0].removeprefix("Database: ")
+        if style == "inline":
+            text = episode[1]["content"]
+            actions = [text[: text.index("</sql>") + len("</sql>")], text[text.index("<think>", 1) :]]
+        else:
+            actions = [m["content"] for m in episode if m["role"] == "assistant"]
+        solution = actions[-1].split("<solution>")[1].split("</solution>")[0]
+        row = {
+            "db_id": db_id,
+            "data": "spider",
+            "reward_spec": {"method": "rule", "ground_truth": solution},
+            "env_config": {"hide_schema": True},
+            "max_turns": 3,
+            "prompt": episode[:1],
+        }
+        _, outs, env = _play(tmp_path, row, actions)
+        observation = outs[0].observations[0]["content"]
+        if style == "inline":
+            assert episode[1:] == [{"role": "assistant", "content": actions[0] + observation + actions[1]}]
+        else:
+            assert episode[2] == {"role": "user", "content": observation}
+        assert outs[-1].done and outs[-1].reward == 1.0, (db_id, outs[-1])
+        assert env.get_metrics()["schema_before_use"] is True
+    names = {
+        part
+        for _db, dom, *_ in hidden_data.MORE_CREATE_EXAMPLES
+        for part in _parts({dom.table, dom.key, dom.kind, dom.amount})
+    }
+    for hidden in hidden_data.TRAIN + hidden_data.EVAL:
+        assert not names & _parts({hidden.table, hidden.key, hidden.kind, hidden.amount}), hidden.table
+    with pytest.raises(ValueError, match="1 to 3 episodes"):
+        hidden_data.worked_example(3, style, "create", examples=4)
+    with pytest.raises(ValueError, match="1 to 1 episodes"):
+        hidden_data.worked_example(5, style, "pragma", examples=2)
