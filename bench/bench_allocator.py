@@ -10,7 +10,7 @@ thread samples every 10 ms the resident size and, under glibc, the bytes the hea
 above its start, per computed token, and the seconds; the last table compares each variant's
 last rep with the first variant's (glibc, plain).
 
-    python bench/bench_allocator.py                        # glibc and jemalloc, plain and checkpointed
+    python bench/bench_allocator.py                        # glibc and jemalloc: plain, lean, checkpointed
     python bench/bench_allocator.py --rows 12 --suffix 80  # a smaller micro-batch
 
 jemalloc is the one :func:`trainers.allocator.find_jemalloc` finds (Debian's ``libjemalloc2`` or
@@ -29,7 +29,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-VARIANTS = ("glibc", "glibc-ckpt", "jemalloc", "jemalloc-ckpt")
+#: ``-lean``: the layers' norms and MLP products recomputed (``recompute_elementwise``, the
+#: trainer's default); ``-ckpt``: whole layers checkpointed; neither: everything kept.
+VARIANTS = ("glibc", "glibc-lean", "glibc-ckpt", "jemalloc", "jemalloc-lean", "jemalloc-ckpt")
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -39,7 +41,7 @@ def worker(args: argparse.Namespace) -> None:
 
     from skyrl_agent.models import BUNDLED_MODEL, load_model_and_tokenizer
     from trainers.allocator import jemalloc_loaded
-    from trainers.checkpointing import enable_activation_checkpointing
+    from trainers.checkpointing import enable_activation_checkpointing, enable_elementwise_recompute
     from trainers.logprobs import forward_logprobs, shared_prefix_len
     from trainers.memory import activation_bytes_per_token, release_free_memory, rss_bytes
 
@@ -63,6 +65,8 @@ def worker(args: argparse.Namespace) -> None:
     model, _ = load_model_and_tokenizer(BUNDLED_MODEL)
     if args.worker.endswith("-ckpt"):
         enable_activation_checkpointing(model)
+    if args.worker.endswith("-lean"):
+        enable_elementwise_recompute(model)
     model.train()
     g = torch.Generator().manual_seed(args.seed)
     prompt = torch.randint(100, 40000, (args.prefix,), generator=g)

@@ -14,8 +14,9 @@ measured in the same run).
 
     python bench/bench_memory.py --trainer [--variants mbt8192 ckpt-mbt8192 ...] [--rows 16]
 
-Variants are ``[ckpt-]mbt<N>``: ``micro_batch_tokens=N``, with ``activation_checkpointing`` when
-prefixed ``ckpt-``.
+Variants are ``[ckpt-|lean-]mbt<N>``: ``micro_batch_tokens=N``, with ``activation_checkpointing``
+when prefixed ``ckpt-``, with ``recompute_elementwise`` (the trainer's default: each layer's norms
+and MLP product recomputed) when prefixed ``lean-``, with everything kept otherwise.
 
 ``--engine``: the sampler's memory. For each shape ``rows x context`` (``--rows``, ``--contexts``;
 shapes over ``--max-tokens`` tokens in flight are skipped) a fresh process loads the bundled model
@@ -40,15 +41,15 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-DEFAULT_VARIANTS = ["mbt8192", "mbt2048", "ckpt-mbt8192", "ckpt-mbt32768"]
+DEFAULT_VARIANTS = ["mbt8192", "lean-mbt8192", "mbt2048", "ckpt-mbt8192", "ckpt-mbt32768"]
 
 
-def _variant(name: str) -> tuple[int, bool]:
-    ckpt = name.startswith("ckpt-")
-    rest = name.removeprefix("ckpt-")
+def _variant(name: str) -> tuple[int, str]:
+    """``(micro_batch_tokens, "ckpt" | "lean" | "plain")`` of a variant's name."""
+    mode, _, rest = name.partition("-") if name.startswith(("ckpt-", "lean-")) else ("plain", "", name)
     if not rest.startswith("mbt") or not rest[3:].isdigit():
-        raise SystemExit(f"unknown variant {name!r}: use [ckpt-]mbt<N>, e.g. mbt8192 or ckpt-mbt8192")
-    return int(rest[3:]), ckpt
+        raise SystemExit(f"unknown variant {name!r}: use [ckpt-|lean-]mbt<N>, e.g. mbt8192 or ckpt-mbt8192")
+    return int(rest[3:]), mode
 
 
 def _batch(tok_pad: int, args: argparse.Namespace):  # noqa: ANN202
@@ -95,7 +96,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     from skyrl_agent.models import BUNDLED_MODEL, load_model_and_tokenizer
-    from trainers.checkpointing import enable_activation_checkpointing
+    from trainers.checkpointing import enable_activation_checkpointing, enable_elementwise_recompute
     from trainers.config import TrainConfig
     from trainers.logprobs import shared_prefix_len
     from trainers.memory import (
@@ -108,12 +109,20 @@ def worker(args: argparse.Namespace) -> None:
     from trainers.step import micro_batches, train_step
 
     torch.set_num_threads(args.threads)
-    mbt, ckpt = _variant(args.worker)
+    mbt, mode = _variant(args.worker)
     model, tok = load_model_and_tokenizer(BUNDLED_MODEL)
-    if ckpt:
+    if mode == "ckpt":
         enable_activation_checkpointing(model)
+    elif mode == "lean":
+        enable_elementwise_recompute(model)
     # the variant's token bound alone (no activation budget on top of it)
-    cfg = TrainConfig(bf16=True, micro_batch_tokens=mbt, activation_checkpointing=ckpt, train_memory_gb=0)
+    cfg = TrainConfig(
+        bf16=True,
+        micro_batch_tokens=mbt,
+        activation_checkpointing=mode == "ckpt",
+        recompute_elementwise=mode == "lean",
+        train_memory_gb=0,
+    )
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6, fused=True)
     batch = _batch(tok.pad_token_id, args)
     slices = micro_batches(batch, cfg.optimizer.micro_batch_size, cfg.optimizer.micro_batch_tokens)

@@ -16,6 +16,16 @@ forward saw (the saved tensors match; gradients flow along the first forward's g
 
 Only a forward with gradient in training mode is checkpointed; a forward under ``no_grad``
 (old logprobs, the sampler) runs the layer as it is.
+
+**Recomputing only the cheap parts** (:func:`enable_elementwise_recompute`, on by default, see
+``OptimizerConfig.recompute_elementwise``). Most of what a layer keeps is kept by elementwise
+ops that cost nothing to run again: each RMSNorm keeps two float32 copies of its input's width
+(``8 h`` bytes a token), and the gated MLP keeps ``act(gate)`` and ``up`` for its product besides
+``gate`` for the activation. Checkpointing just those (the two norms, and ``act(gate) * up`` given
+``gate`` and ``up``) keeps each norm's input and the MLP's two projections' outputs instead:
+``8 h + 2 i`` bytes a token less per layer, 22% of SmolLM2-135M's, with no matrix product run
+twice. Logprobs and gradients are bit for bit the plain forward's (the same ops run again).
+A layer checkpointed whole is left alone.
 """
 
 from __future__ import annotations
@@ -27,20 +37,32 @@ from torch.utils.checkpoint import checkpoint
 
 from skyrl_gym.errors import ConfigError
 
-__all__ = ["enable_activation_checkpointing", "checkpointed_layers"]
+__all__ = [
+    "enable_activation_checkpointing",
+    "checkpointed_layers",
+    "enable_elementwise_recompute",
+    "recomputed_parts",
+]
 
 #: Set on the checkpointed subclasses: in eval mode or without gradient their ``forward`` is
 #: the base class's (the sampler's written-out decode step reads it to accept such a layer).
 _MARK = "skyrl_checkpointed"
+#: Set on the subclasses of :func:`enable_elementwise_recompute` (a norm or an MLP).
+_PART = "skyrl_recomputed_part"
 
 
-def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+def _layers_of(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The decoder's layers: the modules whose attention knows its ``layer_idx``."""
-    layers = [
+    return [
         m
         for m in model.modules()
         if isinstance(getattr(getattr(m, "self_attn", None), "layer_idx", None), int)
     ]
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """:func:`_layers_of`, or a :class:`ConfigError` when there are none."""
+    layers = _layers_of(model)
     if not layers:
         raise ConfigError(
             f"activation checkpointing found no decoder layers in {type(model).__name__} (modules with "
@@ -131,3 +153,98 @@ def enable_activation_checkpointing(model: torch.nn.Module) -> int:
 def checkpointed_layers(model: torch.nn.Module) -> int:
     """How many of ``model``'s modules are checkpointed by :func:`enable_activation_checkpointing`."""
     return sum(1 for m in model.modules() if getattr(type(m), _MARK, False))
+
+
+# ---------------------------------------------------------------------------- the cheap parts
+def _gate_times_up(act: torch.nn.Module, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return act(gate) * up
+
+
+_part_classes: dict[tuple[type, str], type] = {}
+
+
+def _recomputed_class(base: type, kind: str) -> type:
+    """``base`` (a norm, or a gated MLP: ``kind``) whose forward, in training mode under autograd,
+    keeps only what the module's matrix products need and runs its elementwise ops again in the
+    backward (one subclass per base class and kind, as :func:`_checkpointed_class`)."""
+    if (base, kind) in _part_classes:
+        return _part_classes[(base, kind)]
+
+    def norm_forward(self: torch.nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+        plain = super(cls, self).forward
+        if not (self.training and torch.is_grad_enabled()):
+            return plain(hidden_states)
+        return checkpoint(plain, hidden_states, use_reentrant=False, preserve_rng_state=False)
+
+    def mlp_forward(self: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if not (self.training and torch.is_grad_enabled()):
+            return super(cls, self).forward(x)
+        return _mlp_in_parts(self, x, recompute=True)
+
+    forward = norm_forward if kind == "norm" else mlp_forward
+    cls = type(
+        f"Recomputed{base.__name__}", (base,), {"forward": forward, _PART: kind, "__module__": __name__}
+    )
+    _part_classes[(base, kind)] = cls
+    return cls
+
+
+def _mlp_in_parts(mlp: torch.nn.Module, x: torch.Tensor, recompute: bool) -> torch.Tensor:
+    """``down(act(gate(x)) * up(x))``, the product checkpointed when ``recompute``."""
+    gate, up = mlp.gate_proj(x), mlp.up_proj(x)
+    if recompute:
+        prod = checkpoint(_gate_times_up, mlp.act_fn, gate, up, use_reentrant=False, preserve_rng_state=False)
+    else:
+        prod = _gate_times_up(mlp.act_fn, gate, up)
+    return mlp.down_proj(prod)
+
+
+def _is_gated_mlp(mlp: torch.nn.Module) -> bool:
+    """Whether ``mlp``'s own forward is ``down(act(gate(x)) * up(x))``: it has those four parts
+    and gives exactly that on a small input (an MLP with other steps is left alone)."""
+    parts = ("gate_proj", "up_proj", "down_proj", "act_fn")
+    if not all(isinstance(getattr(mlp, p, None), torch.nn.Module) for p in parts):
+        return False
+    weight = getattr(mlp.gate_proj, "weight", None)
+    width = getattr(mlp.gate_proj, "in_features", None)
+    if not isinstance(weight, torch.Tensor) or not isinstance(width, int) or weight.device.type == "meta":
+        return False
+    was = mlp.training
+    try:
+        mlp.eval()
+        with torch.no_grad():
+            gen = torch.Generator(device=weight.device).manual_seed(0)  # the global RNG stays as it was
+            x = torch.randn(1, 2, width, dtype=weight.dtype, device=weight.device, generator=gen)
+            return torch.equal(mlp(x), _mlp_in_parts(mlp, x, recompute=False))
+    except Exception:  # noqa: BLE001 - a module this cannot call is simply not recomputed
+        return False
+    finally:
+        mlp.train(was)
+
+
+def enable_elementwise_recompute(model: torch.nn.Module) -> int:
+    """Recompute each decoder layer's norms and its gated MLP's ``act(gate) * up`` in the backward
+    instead of keeping their intermediate tensors (module docstring; for good, idempotent).
+    Layers checkpointed whole, parts of another shape and models without decoder layers are
+    left as they are. Returns how many parts (norms and MLPs) are recomputed."""
+    for layer in _layers_of(model):
+        if getattr(type(layer), _MARK, False):
+            continue
+        for name in ("input_layernorm", "post_attention_layernorm"):
+            norm = getattr(layer, name, None)
+            if isinstance(norm, torch.nn.Module) and not getattr(type(norm), _PART, None):
+                norm.__class__ = _recomputed_class(type(norm), "norm")
+        mlp = getattr(layer, "mlp", None)
+        if isinstance(mlp, torch.nn.Module) and not getattr(type(mlp), _PART, None) and _is_gated_mlp(mlp):
+            mlp.__class__ = _recomputed_class(type(mlp), "mlp")
+    return sum(recomputed_parts(model).values())
+
+
+def recomputed_parts(model: torch.nn.Module) -> dict[str, int]:
+    """How many norms and MLPs of ``model`` :func:`enable_elementwise_recompute` recomputes."""
+    counts = {"norm": 0, "mlp": 0}
+    for m in model.modules():
+        kind = getattr(type(m), _PART, None)
+        if kind in counts:
+            counts[kind] += 1
+    return counts

@@ -190,11 +190,13 @@ def activation_bytes_per_token(model: torch.nn.Module, bf16: bool = True) -> int
     autocast with a float32 residual stream (two norms of ``4 h`` each kept twice, three casts of
     the normed input for q/k/v and two for the MLP, q/k/v and their rotary copies, the
     attention's output, the MLP's four ``intermediate``-wide tensors: ``36 h + 8 kv + 8 i``
-    bytes), times the layers; with checkpointed layers (:mod:`trainers.checkpointing`) each
-    layer's ``float32`` input and KV instead, plus about three layers' worth for the recompute
-    and its backward; then scaled by :data:`RESIDENT_PER_COUNTED`. Without bf16 the tensors are
-    float32: twice the bytes (not measured). 0 when the model's config lacks the sizes."""
-    from trainers.checkpointing import checkpointed_layers
+    bytes), times the layers, less ``4 h`` for each norm and ``2 i`` for each MLP whose elementwise
+    ops are recomputed (:func:`trainers.checkpointing.enable_elementwise_recompute`); with
+    checkpointed layers (:mod:`trainers.checkpointing`) each layer's ``float32`` input and KV
+    instead, plus about three layers' worth for the recompute and its backward; then scaled by
+    :data:`RESIDENT_PER_COUNTED`. Without bf16 the tensors are float32: twice the bytes (not
+    measured). 0 when the model's config lacks the sizes."""
+    from trainers.checkpointing import checkpointed_layers, recomputed_parts
 
     cfg = getattr(model, "config", None)
     try:
@@ -209,5 +211,9 @@ def activation_bytes_per_token(model: torch.nn.Module, bf16: bool = True) -> int
     kv = kv_heads * head_dim
     layer = 36 * h + 8 * kv + 8 * inter
     ckpt = checkpointed_layers(model) > 0
-    counted = layers * (4 * h + 4 * kv) + 3 * layer if ckpt else layers * layer
+    if ckpt:
+        counted = layers * (4 * h + 4 * kv) + 3 * layer
+    else:
+        parts = recomputed_parts(model)
+        counted = layers * layer - parts["norm"] * 4 * h - parts["mlp"] * 2 * inter
     return int(counted * RESIDENT_PER_COUNTED[ckpt] * (1 if bf16 else 2))

@@ -126,6 +126,10 @@ def build_model(cfg: TrainConfig, dist: DistContext) -> tuple[torch.nn.Module, A
         from trainers.checkpointing import enable_activation_checkpointing
 
         enable_activation_checkpointing(model)
+    if cfg.optimizer.recompute_elementwise:
+        from trainers.checkpointing import enable_elementwise_recompute
+
+        enable_elementwise_recompute(model)
     if rollout_model is not None:
         rollout_model.to(dist.device)
     if dist.fsdp:

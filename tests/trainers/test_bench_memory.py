@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_trainer_section_runs_and_prints_each_variant_against_the_first(tmp_path):
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "bench_memory.py"), "--trainer", "--variants", "mbt512",
-         "ckpt-mbt512", "--groups", "1", "--group-size", "2", "--tokens", "120", "--prefix", "40",
+         "lean-mbt512", "ckpt-mbt512", "--groups", "1", "--group-size", "2", "--tokens", "120", "--prefix", "40",
          "--observations", "1", "--obs-tokens", "10", "--steps", "1", "--threads", "1",
          "--json", str(tmp_path / "out.json")],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
@@ -22,6 +22,6 @@ def test_the_trainer_section_runs_and_prints_each_variant_against_the_first(tmp_
     assert out.returncode == 0, out.stderr[-2000:]
     assert "last step against mbt512" in out.stdout
     rows = re.findall(r"^  (\S+)\s+peak\s+([\d.]+) GB \(([\d.]+)x\)", out.stdout, flags=re.M)
-    assert [r[0] for r in rows] == ["mbt512", "ckpt-mbt512"] and rows[0][2] == "1.00"
+    assert [r[0] for r in rows] == ["mbt512", "lean-mbt512", "ckpt-mbt512"] and rows[0][2] == "1.00"
     assert all(float(r[1]) > 0.3 for r in rows)  # at least the model's weights
     assert (tmp_path / "out.json").stat().st_size > 0

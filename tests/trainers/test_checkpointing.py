@@ -114,3 +114,98 @@ def test_the_sampler_decodes_a_checkpointed_model_with_its_written_out_step():
     assert LlamaDecodeStep.build(model) is not None
     enable_activation_checkpointing(model)
     assert LlamaDecodeStep.build(model) is not None  # eval mode, no gradient: the base forward
+
+
+# ------------------------------------------------------------------ recomputing only the cheap parts
+@pytest.mark.parametrize(
+    ("attn", "shared", "bf16"),
+    [("sdpa", False, False), ("eager", True, False), ("sdpa", True, False), ("sdpa", True, True)],
+)
+def test_elementwise_recompute_gives_the_same_logprobs_and_gradients_bit_for_bit(attn, shared, bf16):
+    from trainers.checkpointing import enable_elementwise_recompute, recomputed_parts
+
+    ids_BT, attn_BT, mask_BT = _batch()
+    P = shared_prefix_len(ids_BT, mask_BT) if shared else 0
+    plain = _lm(attn).train()
+    lp0, g0 = _logprobs_and_grads(plain, ids_BT, attn_BT, mask_BT, P, bf16=bf16)
+    model = _lm(attn).train()
+    assert enable_elementwise_recompute(model) == 6  # 2 layers x (2 norms + the MLP)
+    assert enable_elementwise_recompute(model) == 6  # idempotent
+    assert recomputed_parts(model) == {"norm": 4, "mlp": 2}
+    lp, g = _logprobs_and_grads(model, ids_BT, attn_BT, mask_BT, P, bf16=bf16)
+    assert lp0.abs().sum() > 0 and torch.equal(lp, lp0)
+    assert g.keys() == g0.keys()
+    for k in g0:
+        assert torch.equal(g[k], g0[k]), k
+
+
+def test_elementwise_recompute_keeps_8h_plus_2i_bytes_a_token_less_per_layer():
+    """What the module docstring counts: each norm keeps its float32 input instead of two float32
+    copies (4 h bytes a token less each) and no longer its inverse root (4 bytes a token) or its
+    weight (4 h bytes), the MLP its two projections' outputs instead of also act(gate) (2 i less,
+    bf16); nothing else moves. Under bf16 autocast, as the trainer runs."""
+    from trainers.checkpointing import enable_elementwise_recompute
+
+    ids_BT, attn_BT, mask_BT = _batch(lengths=(60, 41, 57, 30, 64), prefix=0)
+    computed = int(attn_BT.numel())  # no shared prefix: every position of the padded batch runs
+
+    def saved(model):  # each kept storage once (several ops may keep one tensor)
+        total, seen = [0], set()
+
+        def pack(t):
+            if t.untyped_storage().data_ptr() not in seen:
+                seen.add(t.untyped_storage().data_ptr())
+                total[0] += t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = forward_logprobs(model, ids_BT, attn_BT, mask_BT=mask_BT, prefix_len=0, bf16=True)
+        out.logprobs_BT.sum().backward()
+        return total[0]
+
+    plain, model = _lm().train(), _lm().train()
+    enable_elementwise_recompute(model)
+    h, i, layers = 32, 64, 2
+    assert saved(plain) - saved(model) == layers * (computed * (8 * h + 2 * i + 2 * 4) + 2 * 4 * h)
+
+
+def test_elementwise_recompute_leaves_no_grad_forwards_whole_layers_and_other_mlps_alone():
+    import copy
+
+    from skyrl_agent.policies._llama_step import LlamaDecodeStep
+    from trainers.checkpointing import enable_elementwise_recompute, recomputed_parts
+
+    ids_BT, attn_BT, mask_BT = _batch()
+    model = _lm()
+    enable_elementwise_recompute(model)
+    assert LlamaDecodeStep.build(model) is not None  # the sampler's written-out step still takes it
+    twin = copy.deepcopy(model)
+    assert recomputed_parts(twin) == {"norm": 4, "mlp": 2}
+    with torch.no_grad():
+        assert torch.equal(twin(input_ids=ids_BT).logits, _lm()(input_ids=ids_BT).logits)
+
+    whole = _lm()
+    enable_activation_checkpointing(whole)
+    assert enable_elementwise_recompute(whole) == 0  # already recomputed whole, layer by layer
+    assert enable_elementwise_recompute(torch.nn.Linear(3, 3)) == 0  # nothing to do, no error
+
+    class ScaledMLP(torch.nn.Module):  # the four parts, another forward: must not be rewritten
+        def __init__(self, mlp):
+            super().__init__()
+            self.gate_proj, self.up_proj, self.down_proj, self.act_fn = (
+                mlp.gate_proj,
+                mlp.up_proj,
+                mlp.down_proj,
+                mlp.act_fn,
+            )
+
+        def forward(self, x):
+            return 2 * self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+    other = _lm()
+    for layer in other.model.layers:
+        layer.mlp = ScaledMLP(layer.mlp)
+    state = torch.get_rng_state()
+    assert enable_elementwise_recompute(other) == 4  # the norms only
+    assert torch.equal(torch.get_rng_state(), state)  # the check's input drew from its own generator
+    assert all(type(layer.mlp) is ScaledMLP for layer in other.model.layers)

@@ -26,6 +26,15 @@ def test_the_estimate_counts_a_llama_layer_by_hand():
     )
 
 
+def test_the_estimate_leaves_out_what_the_elementwise_recompute_does_not_keep():
+    """Per layer 4 h less for each of the two norms and 2 i for the MLP: 1,792 - 256 - 128."""
+    from trainers.checkpointing import enable_elementwise_recompute
+
+    model = tiny_lm()
+    assert enable_elementwise_recompute(model) == 6
+    assert activation_bytes_per_token(model, bf16=True) == int(2 * 1408 * RESIDENT_PER_COUNTED[False])
+
+
 def test_the_estimate_is_zero_without_the_sizes():
     assert activation_bytes_per_token(torch.nn.Linear(4, 4)) == 0
 
