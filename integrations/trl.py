@@ -49,6 +49,7 @@ from typing import Any
 from skyrl_agent.engine import PromptItem, RolloutEngine
 from skyrl_agent.types import RolloutConfig, Trajectory
 from skyrl_gym.errors import ConfigError
+from trainers.rows import training_rows
 
 __all__ = ["TRLRollout", "make_rollout_func", "env_reward", "prompt_key", "rollout_to_trl"]
 
@@ -79,7 +80,9 @@ def _messages(prompt: Any) -> tuple[dict[str, Any], ...]:
 def rollout_to_trl(
     trajectories: Sequence[Trajectory], fallback_prompt_ids: Sequence[list[int]], eos_id: int
 ) -> dict[str, list[Any]]:
-    """Our trajectories in TRL's ``rollout_func`` output format (see the module docstring).
+    """Our trajectories in TRL's ``rollout_func`` output format (see the module docstring): each
+    episode's one training row (:func:`trainers.rows.training_rows`); an episode whose context was
+    rewritten trains as several rows, which TRL cannot take, and is a ``ConfigError``.
 
     ``fallback_prompt_ids[i]`` is used for an episode that failed before its prompt was
     rendered (env set-up failure); such an episode gets one end-of-sequence token with mask 0,
@@ -93,6 +96,15 @@ def rollout_to_trl(
         "env_turns": [],
         "env_stop_reason": [],
     }
+    rows = training_rows(trajectories)
+    if not rows.whole:
+        episode = next(e for e in range(rows.episodes) if rows.episode.count(e) > 1)
+        raise ConfigError(
+            f"episode {episode} trains as {rows.episode.count(episode)} rows (its context was rewritten: "
+            f"context_strategy={trajectories[episode].context_strategy!r}), and TRL's rollout_func takes one "
+            "completion per prompt: play TRL's episodes with context_strategy='stop' (the default), or train "
+            "rewritten histories with `skyrl train`"
+        )
     for traj, fallback in zip(trajectories, fallback_prompt_ids, strict=True):
         if traj.response_ids:
             prompt_ids, completion_ids, mask = (
@@ -156,6 +168,12 @@ class TRLRollout:
         max_batch_size: int = 32,
     ) -> None:
         self.config = rollout_config or RolloutConfig()
+        if self.config.context_strategy != "stop" or self.config.step_wise:
+            raise ConfigError(
+                f"TRL's rollout_func takes one completion per prompt, and context_strategy="
+                f"{self.config.context_strategy!r} / step_wise={self.config.step_wise} make several training "
+                "rows of an episode: use context_strategy='stop' and step_wise=False with TRL, or `skyrl train`"
+            )
         self.autocast_bf16 = autocast_bf16
         self.max_batch_size = max_batch_size
         self.items: dict[str, PromptItem] = {}

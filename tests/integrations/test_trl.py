@@ -203,3 +203,40 @@ def test_failed_episodes_get_no_reward_and_no_loss():
     assert out["completion_ids"] == [[3, 4, 5, 6], [3, 4], [9]]
     assert out["logprobs"][0] == [-0.5, -0.1, 0.0, -0.2]
     assert out["env_turns"] == [2, 0, 0]
+
+
+def test_an_episode_of_several_training_rows_is_refused_not_cut_to_its_last_stretch():
+    """An episode whose context was rewritten trains as one row per stretch
+    (trainers.rows.training_rows); TRL takes one completion per prompt, so the bridge says so
+    instead of handing over the last stretch alone."""
+    from integrations.trl import TRLRollout, rollout_to_trl
+    from skyrl_agent.types import RolloutConfig, Segment, StopReason, Trajectory
+    from skyrl_gym.errors import ConfigError
+
+    first = Segment([1, 2], [3, 4, 5], [1, 1, 0], None, [(0, 2)])
+    rewritten = Trajectory(
+        [1, 9],
+        [6, 7],
+        [1, 1],
+        None,
+        [0.0, 1.0],
+        1.0,
+        StopReason.ENV_DONE,
+        num_turns=2,
+        turn_rewards=[0.0, 1.0],
+        turn_spans=[(0, 2)],
+        segments=[first],
+        context_strategy="drop_observations",
+        context_rewrites=1,
+    )
+    plain = Trajectory([1, 2], [3, 4], [1, 1], None, [0, 1.0], 1.0, StopReason.ENV_DONE, num_turns=1)
+    assert rollout_to_trl([plain], [[]], eos_id=9)["completion_ids"] == [[3, 4]]
+    with pytest.raises(ConfigError, match="episode 1 trains as 2 rows.*drop_observations"):
+        rollout_to_trl([plain, rewritten], [[], []], eos_id=9)
+    rows = [{"prompt": [{"role": "user", "content": "q"}], "env_class": "gsm8k"}]
+    for cfg in (
+        RolloutConfig(context_strategy="drop_observations", observation_style="messages"),
+        RolloutConfig(step_wise=True),
+    ):
+        with pytest.raises(ConfigError, match="one completion per prompt"):
+            TRLRollout(rows, rollout_config=cfg)
