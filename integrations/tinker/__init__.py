@@ -9,7 +9,8 @@ the request's Adam parameters; sampling runs :class:`~skyrl_agent.policies.hf.HF
 snapshot of the weights; checkpoints are ``tinker://`` paths in a local directory.
 
 Modules: :mod:`~integrations.tinker.types` (config, errors, records), :mod:`~integrations.tinker.losses`
-(the loss mapping), :mod:`~integrations.tinker.state` (sessions, models, jobs),
+(the loss mapping), :mod:`~integrations.tinker.episodes` (our episodes as a client's datums),
+:mod:`~integrations.tinker.state` (sessions, models, jobs),
 :mod:`~integrations.tinker.server` (running it), :mod:`~integrations.tinker.cli` (``skyrl tinker serve``).
 The protocol is described in ``docs/decisions/0014-tinker-compatible-server.md``.
 """
