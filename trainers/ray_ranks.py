@@ -224,11 +224,25 @@ class RayTrainerRanks:
             except ray.exceptions.RayTaskError:
                 pass
 
+    def _stop_survivors(self) -> None:
+        """Kill every rank and wait (a few seconds at most) until their calls have ended, so
+        that no rank writes a checkpoint after the lost rank's error names the newest one."""
+        ray = self._ray
+        for actor in self._actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        ray.wait(list(self._refs), num_returns=len(self._refs), timeout=LOST_GRACE_S)
+
     def _lost(self, rank: int, exc: BaseException) -> TrainerRankLostError:
         from trainers.checkpoint import latest_checkpoint
 
         cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         pid, node = self._where[rank]
+        # the other ranks may still be finishing a step (and its checkpoint) the lost rank took
+        # part in: stop them before reading which checkpoint is the newest
+        self._stop_survivors()
         ckpt = latest_checkpoint(self.cfg.run.run_dir)
         then = (
             f"the newest checkpoint is {ckpt.name} in {ckpt.parent}: run the same command with --resume "
