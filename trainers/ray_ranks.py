@@ -224,16 +224,19 @@ class RayTrainerRanks:
             except ray.exceptions.RayTaskError:
                 pass
 
+    def _kill_ranks(self) -> None:
+        """Kill every rank's actor (those already gone are skipped)."""
+        for actor in self._actors:
+            try:
+                self._ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
     def _stop_survivors(self) -> None:
         """Kill every rank and wait (a few seconds at most) until their calls have ended, so
         that no rank writes a checkpoint after the lost rank's error names the newest one."""
-        ray = self._ray
-        for actor in self._actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-        ray.wait(list(self._refs), num_returns=len(self._refs), timeout=LOST_GRACE_S)
+        self._kill_ranks()
+        self._ray.wait(list(self._refs), num_returns=len(self._refs), timeout=LOST_GRACE_S)
 
     def _lost(self, rank: int, exc: BaseException) -> TrainerRankLostError:
         from trainers.checkpoint import latest_checkpoint
@@ -260,14 +263,9 @@ class RayTrainerRanks:
     def close(self) -> None:
         """Kill the ranks (and with rank 0 the rollout workers it started) and free the ranks' and
         the workers' placement groups."""
-        ray = self._ray
-        if ray is None:
+        if self._ray is None:
             return
-        for actor in self._actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+        self._kill_ranks()
         self._actors = []
         from ray.util.placement_group import get_placement_group, remove_placement_group
 

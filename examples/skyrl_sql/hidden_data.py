@@ -228,9 +228,7 @@ def worked_example(
         raise ValueError(f"the worked example {example!r} has 1 to {most} episodes; examples is {examples}")
     episodes = [(EXAMPLE_DB_ID, EXAMPLE_QUESTION, turns)]
     for db_id, dom, question, thought, solution in MORE_CREATE_EXAMPLES[: examples - 1]:
-        create = (
-            f"CREATE TABLE {dom.table} ({dom.key} TEXT PRIMARY KEY, {dom.kind} TEXT, {dom.amount} INTEGER)"
-        )
+        create = cpu_data._schema(dom).removesuffix(";")  # as sqlite_master stores it
         episodes.append(
             (
                 db_id,

@@ -50,15 +50,13 @@ def episode_loss_inputs(
             )
         ids = list(row.prompt_ids) + list(row.response_ids)
         n = len(row.prompt_ids)
-        sampled = [0] * (n - 1) + list(row.loss_mask)  # per target token (ids[1:])
-        logprobs = [0.0] * (n - 1) + list(row.rollout_logprobs)
         adv = float(advantages[e])
         out.append(
-            {
+            {  # per target token (ids[1:]); a trajectory's logprobs are 0.0 where its mask is 0
                 "tokens": ids[:-1],
                 "target_tokens": ids[1:],
-                "logprobs": [lp if m else 0.0 for lp, m in zip(logprobs, sampled, strict=True)],
-                "advantages": [adv if m else 0.0 for m in sampled],
+                "logprobs": [0.0] * (n - 1) + list(row.rollout_logprobs),
+                "advantages": [0.0] * (n - 1) + [adv if m else 0.0 for m in row.loss_mask],
                 "episode": e,
             }
         )
