@@ -19,7 +19,7 @@ Sections (all on the bundled SmolLM2-135M-Instruct unless ``--model``):
    episodes/s and generated tokens/s of the engine (default settings), of the engine with
    cascade attention (``cascade_min_tokens=64``; it only applies under ``--bf16``) or
    explicitly without it (``no-cascade``), of the old static
-   micro-batcher (``scheduler="static"``), and tokens/s of ``model.generate()`` on the same
+   micro-batcher (``static``: :mod:`static_policy`, the baseline kept out of the product), and tokens/s of ``model.generate()`` on the same
    first-turn prompts in batches of 32.
 2. **Long horizon**: 32 episodes of 12 turns, each turn 16 new tokens then a 60-token observation:
    prompt tokens run through the model per turn (against the tokens that are new in that turn)
@@ -51,6 +51,9 @@ import torch  # noqa: E402
 from skyrl_agent.models import BUNDLED_MODEL, load_model_and_tokenizer  # noqa: E402
 from skyrl_agent.policies.hf import EngineConfig, HFPolicy  # noqa: E402
 from skyrl_agent.types import GenerateRequest, SamplingParams  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from static_policy import StaticBatchPolicy  # noqa: E402
 
 
 def calculator_prompts(
@@ -214,17 +217,16 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
         "rows-64": {"engine": EngineConfig(max_rows=64)},
         "rows-64-cascade": {"engine": EngineConfig(max_rows=64, cascade_min_tokens=64)},
         "rows-128-cascade": {"engine": EngineConfig(max_rows=128, cascade_min_tokens=64)},
-        "static": {"scheduler": "static"},
+        "static": {"static": True},  # bench/static_policy.py
         # decode steps through the model's forward instead of the written-out Llama step
         "module-step": {"engine": EngineConfig(max_rows=rows_cap, lean_decode_step=False)},
     }
     for name in args.variants:
         if name == "generate":  # plain model.generate(), timed below
             continue
-        kw = variants[name]
-        policy = HFPolicy(
-            model, tok, max_batch_size=rows_cap, seed=cfg.run.seed, autocast_bf16=args.bf16, **kw
-        )
+        kw = dict(variants[name])
+        make: Any = StaticBatchPolicy if kw.pop("static", False) else HFPolicy
+        policy = make(model, tok, max_batch_size=rows_cap, seed=cfg.run.seed, autocast_bf16=args.bf16, **kw)
         generated = 0
         real = policy.generate
 
@@ -238,7 +240,7 @@ def section1(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
         start = time.perf_counter()
         result = evaluate(policy, cfg, rows, seed=cfg.run.seed)
         seconds = time.perf_counter() - start
-        stats = policy.engine_stats()
+        stats = policy.engine_stats() if isinstance(policy, HFPolicy) else None
         policy.close()
         out[name] = {
             "episodes_per_s": result.episodes / seconds,
@@ -322,7 +324,7 @@ def section2(args: argparse.Namespace, model: Any, tok: Any, results: dict[str, 
         start = time.perf_counter()
         per_turn = asyncio.run(_long_horizon(policy, E, T, obs, vocab))
         seconds = time.perf_counter() - start
-        stats = policy.engine_stats()
+        stats = policy.engine_stats() if isinstance(policy, HFPolicy) else None
         policy.close()
         new = sum(p["new"] for p in per_turn)
         out[name] = {

@@ -373,10 +373,7 @@ def generate_checked(
     """``requests`` through the policy's engine (continuous batching, KV reused across calls that
     extend an earlier prompt and its sample, the lean decode step), waiting in this thread and
     calling ``checkpoint`` between waits: when it raises (the job's time limit, an abandoned
-    future, a closed session), the rows are dropped and its error goes up. A policy without the
-    engine generates here, its forwards checked by the model's hook."""
-    if policy.engine is None:
-        return policy.generate_sync(requests)
+    future, a closed session), the rows are dropped and its error goes up."""
     futures = policy.submit(requests)
     try:
         while concurrent.futures.wait(futures, timeout=_CHECK_EVERY_S).not_done:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +36,23 @@ def tiny_policy(tiny):
     policy = HFPolicy(model, tok, seed=0)
     yield policy
     policy.close()
+
+
+@pytest.fixture
+def static_policy():
+    """``StaticBatchPolicy`` (``bench/static_policy.py``): the micro-batcher the engine replaced,
+    the tests' plain reference decode (one request at a time with ``max_batch_size=1``)."""
+    from static_policy import StaticBatchPolicy
+
+    made = []
+
+    def make(*args, **kw):
+        made.append(StaticBatchPolicy(*args, **kw))
+        return made[-1]
+
+    yield make
+    for policy in made:
+        policy.close()
 
 
 @pytest.fixture(scope="session")

@@ -200,7 +200,7 @@ def test_engine_with_cascade_samples_what_it_samples_without() -> None:
     on = HFPolicy(model, tok, autocast_bf16=True, engine=EngineConfig(max_rows=8, cascade_min_tokens=32))
     off = HFPolicy(model, tok, autocast_bf16=True, engine=EngineConfig(max_rows=8, cascade_min_tokens=0))
     try:
-        assert on.engine is not None and on.engine.runner.cascade_on
+        assert on.engine.runner.cascade_on
         assert on.engine._run.config._attn_implementation == CASCADE
         assert model.config._attn_implementation == "sdpa"  # the trainer's module is not switched
         got = _three_turns(on, tok, prompts)
@@ -228,7 +228,7 @@ def test_a_weight_update_drops_the_shared_prefix() -> None:
     policy = HFPolicy(model, tok, autocast_bf16=True, engine=EngineConfig(cascade_min_tokens=32))
     try:
         policy.generate_sync([GenerateRequest(p, GREEDY) for p in prompts])
-        assert policy.engine is not None and policy.engine.runner.shared is not None
+        assert policy.engine.runner.shared is not None
         old = policy.engine.runner.shared
         state = {k: v + 0.05 * torch.randn_like(v) for k, v in model.state_dict().items()}
         policy.update_weights(state)

@@ -29,13 +29,11 @@ def _prompts(tokenizer, n):
 
 
 @pytest.fixture
-def policies(tiny):
+def policies(tiny, static_policy):
     """(engine policy, one-request-at-a-time reference), same weights."""
     engine = HFPolicy(*tiny, seed=0, max_batch_size=4)
-    reference = HFPolicy(*tiny, seed=0, scheduler="static", max_batch_size=1)
-    yield engine, reference
+    yield engine, static_policy(*tiny, seed=0, max_batch_size=1)
     engine.close()
-    reference.close()
 
 
 def test_batched_results_equal_one_at_a_time_and_logprobs_are_exact(policies, tiny, tokenizer):
@@ -175,11 +173,11 @@ def test_samples_of_a_group_prefill_once_and_later_prompts_reuse_the_system_prom
     assert torch.allclose(_full_logprobs(tiny[0], q2, out2.token_ids), torch.tensor(out2.logprobs), atol=1e-4)
 
 
-def test_next_turns_of_different_episodes_prefill_as_one_batch(tiny, tokenizer):
+def test_next_turns_of_different_episodes_prefill_as_one_batch(tiny, tokenizer, static_policy):
     """Rows continuing different stored prefixes (of different lengths, one with a gap from a
     shared-prefix prefill) join in one prefill over their padded pasts; results are exact."""
     engine = HFPolicy(*tiny, seed=0, max_batch_size=8)
-    reference = HFPolicy(*tiny, seed=0, scheduler="static", max_batch_size=1)
+    reference = static_policy(*tiny, seed=0, max_batch_size=1)
     try:
         firsts = [
             tokenizer.encode(_SYSTEM + f"User: {q}\nAssistant:") for q in ("hi", "what is 2 + 2?", "a b c")
@@ -211,7 +209,7 @@ def test_next_turns_of_different_episodes_prefill_as_one_batch(tiny, tokenizer):
         reference.close()
 
 
-def test_a_weight_update_invalidates_stored_prefixes(tiny, tokenizer):
+def test_a_weight_update_invalidates_stored_prefixes(tiny, tokenizer, static_policy):
     model, tok = tiny
     import copy
 
@@ -229,7 +227,7 @@ def test_a_weight_update_invalidates_stored_prefixes(tiny, tokenizer):
         assert engine.engine_stats().reused_tokens == before.reused_tokens  # nothing stale reused
         fresh_model = copy.deepcopy(model)
         fresh_model.load_state_dict(new_weights)
-        fresh = HFPolicy(fresh_model, tok, seed=0, scheduler="static")
+        fresh = static_policy(fresh_model, tok, seed=0)
         assert out2.token_ids == fresh.generate_sync([GenerateRequest(p2, GREEDY)])[0].token_ids
         fresh.close()
     finally:
@@ -438,12 +436,12 @@ def test_a_cancelled_request_frees_its_row_and_a_deadline_ends_one(tiny, tokeniz
         engine.close()
 
 
-def test_update_weights_waits_for_running_rows(tiny, tokenizer):
+def test_update_weights_waits_for_running_rows(tiny, tokenizer, static_policy):
     import copy
 
     model = copy.deepcopy(tiny[0])
     engine = HFPolicy(model, tokenizer, seed=0)
-    reference = HFPolicy(copy.deepcopy(tiny[0]), tokenizer, seed=0, scheduler="static")
+    reference = static_policy(copy.deepcopy(tiny[0]), tokenizer, seed=0)
     try:
         req = GenerateRequest(tokenizer.encode("Once upon a time"), GREEDY.replace(max_tokens=40))
         fut = engine.engine.submit(req)
@@ -462,7 +460,9 @@ def test_update_weights_waits_for_running_rows(tiny, tokenizer):
         reference.close()
 
 
-def test_a_prefix_stored_by_one_newcomer_cannot_evict_what_another_was_promised(tiny, tokenizer):
+def test_a_prefix_stored_by_one_newcomer_cannot_evict_what_another_was_promised(
+    tiny, tokenizer, static_policy
+):
     """Admitted together: the next turn of an episode (its KV found in the store) and a group of
     fresh identical prompts whose shared prefix, stored during their prefill, evicts that entry
     (the store holds one). The found KV is taken first, so nothing fails and results are exact.
@@ -470,7 +470,7 @@ def test_a_prefix_stored_by_one_newcomer_cannot_evict_what_another_was_promised(
     a1 = tokenizer.encode("User: compute 6 * 7 for me, then answer.\nAssistant:")
     group = tokenizer.encode("Zebra notes: " + "stripes and grass, " * 6 + "\nAssistant:")
     engine = HFPolicy(*tiny, seed=0, engine=EngineConfig(prefix_cache_bytes=0))
-    reference = HFPolicy(*tiny, seed=0, scheduler="static", max_batch_size=1)
+    reference = static_policy(*tiny, seed=0, max_batch_size=1)
     try:
         out1 = engine.generate_sync([GenerateRequest(a1, GREEDY)])[0]
         a2 = _next_turn(a1, out1, tokenizer)
@@ -513,16 +513,18 @@ def test_next_turn_batches_split_where_padding_costs_more_than_a_pass():
 
 
 @pytest.mark.parametrize("scheduler", ["continuous", "static"])
-def test_ignore_eos_generates_past_end_of_sequence(tiny, tokenizer, scheduler):
+def test_ignore_eos_generates_past_end_of_sequence(tiny, tokenizer, scheduler, static_policy):
     """A token the model ends on stops a generation, unless the request sets ``ignore_eos``:
-    then only ``max_tokens`` ends it, with the same tokens as without that end token. And
-    ``HFPolicy.submit`` hands back futures the caller waits on (the engine only)."""
+    then only ``max_tokens`` ends it, with the same tokens as without that end token, on the
+    engine (``HFPolicy.submit`` hands back futures the caller waits on) and on the static
+    baseline (``bench/static_policy.py``)."""
     import copy
 
     model, tok = tiny
     prompt = tokenizer.encode("Tell me a long story about the sea")
     params = SamplingParams(temperature=1.0, seed=5, max_tokens=8)  # seeded: the same draws again
-    free = HFPolicy(model, tok, seed=0, scheduler=scheduler)
+    make = HFPolicy if scheduler == "continuous" else static_policy
+    free = make(model, tok, seed=0)
     try:
         [plain] = free.generate_sync([GenerateRequest(prompt, params)])
     finally:
@@ -533,19 +535,22 @@ def test_ignore_eos_generates_past_end_of_sequence(tiny, tokenizer, scheduler):
     end = next(i for i in range(1, 8) if ids[i] not in ids[:i])
     ender = copy.deepcopy(model)
     ender.generation_config.eos_token_id = ids[end]
-    policy = HFPolicy(ender, tok, seed=0, scheduler=scheduler)
+    policy = make(ender, tok, seed=0)
     try:
         reqs = [GenerateRequest(prompt, params), GenerateRequest(prompt, params.replace(ignore_eos=True))]
         if scheduler == "continuous":
             stopped, ignored = [f.result(timeout=60) for f in policy.submit(reqs)]
         else:
-            with pytest.raises(ConfigError, match="needs the engine"):
-                policy.submit(reqs)
             stopped, ignored = policy.generate_sync(reqs)
     finally:
         policy.close()
     assert stopped.token_ids == ids[: end + 1] and stopped.finish_reason == "stop"
     assert ignored.token_ids == ids and ignored.finish_reason == "length"
+
+
+def test_the_static_scheduler_is_refused_with_where_it_went(tiny):
+    with pytest.raises(ConfigError, match="bench/static_policy.py"):
+        HFPolicy(*tiny, seed=0, scheduler="static")
 
 
 def test_drop_stale_kv_empties_the_store_unless_stale_prefixes_are_allowed(tiny, tokenizer):

@@ -59,8 +59,8 @@ def test_stop_strings_and_stop_tokens_end_generation(tiny_policy, tokenizer):
     assert out.token_ids == full.token_ids[: first + 1] and out.matched_stop == full.token_ids[2]
 
 
-def test_concurrent_calls_are_micro_batched(tiny, tokenizer, monkeypatch):
-    tiny_policy = HFPolicy(*tiny, seed=0, scheduler="static")  # the micro-batcher, kept for comparison
+def test_the_static_baseline_micro_batches_concurrent_calls(tiny, tokenizer, monkeypatch, static_policy):
+    tiny_policy = static_policy(*tiny, seed=0)  # bench/static_policy.py, the engine's baseline
     sizes = []
     real = tiny_policy._generate_batch
 
@@ -80,7 +80,6 @@ def test_concurrent_calls_are_micro_batched(tiny, tokenizer, monkeypatch):
         )
 
     outs = asyncio.run(main())
-    tiny_policy.close()
     assert len(outs) == 8 and all(len(o[0].token_ids) == 4 for o in outs)
     assert sum(sizes) == 8 and max(sizes) > 1, sizes
 

@@ -145,7 +145,7 @@ def test_engine_with_bf16_copy_matches_plain_autocast_and_sees_optimizer_steps()
     g = torch.Generator().manual_seed(3)
     prompts = [torch.randint(5, 1000, (n,), generator=g).tolist() for n in (9, 14, 20)]
     lean = HFPolicy(model, tok, autocast_bf16=True)
-    assert lean.engine is not None and lean.engine._lean is not None
+    assert lean.engine._lean is not None
     plain = HFPolicy(model, tok, autocast_bf16=True, bf16_weight_copy=False)
     try:
         before = _greedy(lean, prompts)
@@ -182,7 +182,7 @@ def test_engine_with_matmul_attention_matches_sdpa_engine() -> None:
         plain.close()
     fast = HFPolicy(model, tok, fast_decode_attention=True)
     try:
-        assert fast.engine is not None and fast.engine.runner._full_width_decode
+        assert fast.engine.runner._full_width_decode
         got = _greedy(fast, prompts)
     finally:
         fast.close()

@@ -175,23 +175,25 @@ def test_one_bad_request_among_15_valid_neighbours_fails_alone(server, bad, para
         assert param in error["message"]
 
 
-def test_a_row_that_fails_inside_a_batch_fails_alone(tiny, monkeypatch):
-    """Below the server: a request that slips past every check fails only its own caller. A seed
-    torch cannot take (``with_turn`` skips validation) is refused before the batch; a row whose
-    sampling raises (injected here) makes the micro-batcher retry the batch's rows one by one."""
-    from skyrl_agent.policies import hf
+def test_a_row_that_fails_inside_a_batch_fails_alone(tiny, monkeypatch, static_policy):
+    """Below the server, on the static baseline (``bench/static_policy.py``): a request that slips
+    past every check fails only its own caller. A seed torch cannot take (``with_turn`` skips
+    validation) is refused before the batch; a row whose sampling raises (injected here) makes the
+    micro-batcher retry the batch's rows one by one."""
+    import static_policy as static_module
+
     from skyrl_gym.errors import ConfigError
 
-    real = hf.sample_rows
+    real = static_module._sampling.sample_rows
 
     def faulty(logits_BV: Any, params: Any, generators: Any) -> Any:
         if any(p.seed == 666 for p in params):
             raise RuntimeError("a fault in one row")
         return real(logits_BV, params, generators)
 
-    monkeypatch.setattr(hf, "sample_rows", faulty)
+    monkeypatch.setattr(static_module._sampling, "sample_rows", faulty)
     model, tok = tiny
-    policy = hf.HFPolicy(model, tok, seed=0, scheduler="static", batch_wait_s=0.05)
+    policy = static_policy(model, tok, seed=0, batch_wait_s=0.05)
     good = SamplingParams(max_tokens=3)
     ids = tok.encode("Hello")
 
@@ -200,14 +202,40 @@ def test_a_row_that_fails_inside_a_batch_fails_alone(tiny, monkeypatch):
         calls = [policy.generate([GenerateRequest(ids, good.with_turn(3, s))]) for s in seeds]
         return await asyncio.gather(*calls, return_exceptions=True)
 
-    try:
-        results = asyncio.run(main())
-    finally:
-        policy.close()
+    results = asyncio.run(main())
     assert isinstance(results[2], RuntimeError) and "one row" in str(results[2])
     assert isinstance(results[4], ConfigError) and "seed" in str(results[4])
     others = [r for i, r in enumerate(results) if i not in (2, 4)]
     assert all(not isinstance(r, BaseException) and len(r[0].token_ids) == 3 for r in others), others
+
+
+def test_a_failed_engine_step_fails_its_rows_and_the_engine_goes_on(tiny, monkeypatch):
+    """The engine's boundary: a request with a seed torch cannot take is refused before it is
+    queued, naming the seed; a step whose sampling raises (injected here) fails the rows it ran,
+    with that error, and the next request is served."""
+    from skyrl_agent.policies import _runner, hf
+    from skyrl_gym.errors import ConfigError
+
+    model, tok = tiny
+    policy = hf.HFPolicy(model, tok, seed=0)
+    ids = tok.encode("Hello")
+    good = SamplingParams(max_tokens=3)
+    try:
+        with pytest.raises(ConfigError, match="seed"):
+            policy.generate_sync([GenerateRequest(ids, good.with_turn(3, 2**64))])
+        real = _runner.sample_rows
+
+        def faulty(*args: Any, **kw: Any) -> Any:
+            raise RuntimeError("a fault in the step")
+
+        monkeypatch.setattr(_runner, "sample_rows", faulty)
+        with pytest.raises(RuntimeError, match="a fault in the step"):
+            policy.generate_sync([GenerateRequest(ids, good.with_turn(3, 1))])
+        monkeypatch.setattr(_runner, "sample_rows", real)
+        [out] = policy.generate_sync([GenerateRequest(ids, good.with_turn(3, 2))])
+        assert len(out.token_ids) == 3
+    finally:
+        policy.close()
 
 
 # --------------------------------------------------------------------------- bad fields

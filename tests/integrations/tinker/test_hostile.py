@@ -347,7 +347,6 @@ def test_sampling_runs_on_the_engine_and_a_stopped_job_leaves_it(slow):
     rid = _sample(client, max_tokens=10**9, stop=[])
     _future_error(client, rid, "sample_timeout_s", timeout_s=60)
     [policy] = srv.state.samplers._cache.values()
-    assert policy.engine is not None
     before = policy.engine_stats()
     time.sleep(0.5)  # the engine drops a cancelled row at its next step
     after = policy.engine_stats()
