@@ -13,8 +13,13 @@ names the middle of the range in the question, ``Find the number from 57 to 88 (
 (the first bisection guess is then a copy); ``middle=always`` (with ``feedback=interval``) also
 names the middle of the range left in every answer, ``..., so it is from 73 to 88 (middle:
 80).``, so bisecting is copying the middle the last observation names (kvchain's skill: no guess
-after the first can be written without reading the answer before it). A policy that ignores the
-feedback still wins at most ``budget / size`` either way. With
+after the first can be written without reading the answer before it). ``marks=K`` (odd, 3 to 9,
+with ``feedback=interval``) lists instead K evenly spaced numbers of the range left, its ends
+and its middle among them, in the question and every answer: ``..., so it is from 73 to 88
+(marks: 73, 75, 78, 80, 83, 85, 88).`` (:func:`marks_of`); bisecting is then choosing the middle
+of the listed numbers each turn, not computing it, while a guess at any other mark still leaves
+more to search. A policy that ignores the feedback still wins at most ``budget / size`` either
+way. With
 ``guess_reward`` > 0 each wrong guess that is consistent with all the feedback so far also earns
 that much on its turn (a per-turn reward for MT-GRPO; off by default), so a success is worth at
 most ``1 + (budget - 1) * guess_reward``. ``guess_reward_by=split`` pays instead for what the
@@ -54,7 +59,8 @@ prompt, that many examples, the question; unset: the row's prompt, which for bun
 (``consistent``, the default, or ``split``: see above), ``feedback`` (``plain``, the default,
 or ``interval``: the answers restate the range left; the worked examples, written by the env
 then, show the same answers), ``middle`` (``none``, the default, ``question`` or ``always``: see
-above; the worked examples show the same), ``budget`` (the number of turns, the row's ``budget``: ``ceil(log2(size + 1))``), and the
+above; the worked examples show the same), ``marks`` (0, off, or an odd count from 3 to 9: see
+above), ``budget`` (the number of turns, the row's ``budget``: ``ceil(log2(size + 1))``), and the
 difficulty: ``size`` (numbers in a range, 32) and ``max_start`` (100). Setting either makes the
 env draw its range and target anew from the row's ``seed`` and ``split`` (deterministic, still
 in the row's split). Whenever the range or budget changes, the env rewrites the question.
@@ -79,6 +85,7 @@ __all__ = [
     "build_bisect_prompt",
     "bisection_guesses",
     "min_budget",
+    "marks_of",
     "SIZE",
     "MAX_START",
     "SYSTEM_PROMPT",
@@ -98,6 +105,7 @@ SYSTEM_PROMPT = (
 )
 _QUESTION = "Find the number from {lo} to {hi}. You have {budget} guesses."
 _MIDDLE_QUESTION = "Find the number from {lo} to {hi} (middle: {mid}). You have {budget} guesses."
+_MARKS_QUESTION = "Find the number from {lo} to {hi} (marks: {marks}). You have {budget} guesses."
 # The worked example episodes (lo, hi, target) of the bundled size, played by midpoint bisection
 # with budget 6; other sizes and budgets scale them (_example_games).
 _EXAMPLES = ((1, 32, 21), (40, 71, 66), (75, 106, 80))
@@ -129,23 +137,51 @@ MIDDLE = ("none", "question", "always")
 """Where the middle of the range left is named: nowhere, in the question, or in every answer too."""
 
 
-def _question(lo: int, hi: int, budget: int, middle: str = "none") -> str:
+MAX_MARKS = 9
+"""The most marks an answer may list (``marks``)."""
+
+
+def marks_of(low: int, high: int, count: int) -> list[int]:
+    """``count`` (odd) evenly spaced numbers from ``low`` to ``high``, both ends included, rounded
+    down, without repeats (so every number of a range shorter than ``count``); the middle one, at
+    index ``(len - 1) // 2``, is the midpoint bisection guesses, ``(low + high) // 2``."""
+    if count < 3 or count % 2 == 0:
+        raise ValueError(f"count must be odd and at least 3, got {count}")
+    if low >= high:
+        return [low]
+    return sorted({low + (j * (high - low)) // (count - 1) for j in range(count)})
+
+
+def _marks_text(low: int, high: int, count: int) -> str:
+    return ", ".join(str(m) for m in marks_of(low, high, count))
+
+
+def _question(lo: int, hi: int, budget: int, middle: str = "none", marks: int = 0) -> str:
+    if marks:
+        return _MARKS_QUESTION.format(lo=lo, hi=hi, marks=_marks_text(lo, hi, marks), budget=budget)
     if middle != "none":
         return _MIDDLE_QUESTION.format(lo=lo, hi=hi, mid=(lo + hi) // 2, budget=budget)
     return _QUESTION.format(lo=lo, hi=hi, budget=budget)
 
 
 def _feedback(
-    guess: int, target: int, left: int, interval: tuple[int, int] | None = None, middle: bool = False
+    guess: int,
+    target: int,
+    left: int,
+    interval: tuple[int, int] | None = None,
+    middle: bool = False,
+    marks: int = 0,
 ) -> str:
     """The answer to a wrong in-range guess; ``interval``: the range left after it, restated
-    (``middle``: with its middle)."""
+    (``middle``: with its middle; ``marks``: with that many evenly spaced numbers of it)."""
     word, relation = ("higher", "more") if guess < target else ("lower", "less")
     text = f"{word}: the number is {relation} than {guess}"
     if interval is not None:
         text += f", so it is from {interval[0]} to {interval[1]}"
         if middle:
             text += f" (middle: {(interval[0] + interval[1]) // 2})"
+        elif marks:
+            text += f" (marks: {_marks_text(interval[0], interval[1], marks)})"
     return f"{text}. Guesses left: {left}."
 
 
@@ -167,11 +203,16 @@ def _example_games(count: int, size: int = SIZE, budget: int = 6) -> list[tuple[
 
 
 def _example_messages(
-    count: int, budget: int = 6, feedback: str = "plain", size: int = SIZE, middle: str = "none"
+    count: int,
+    budget: int = 6,
+    feedback: str = "plain",
+    size: int = SIZE,
+    middle: str = "none",
+    marks: int = 0,
 ) -> list[dict[str, str]]:
     messages = []
     for lo, hi, target in _example_games(count, size, budget):
-        messages.append({"role": "user", "content": _question(lo, hi, budget, middle)})
+        messages.append({"role": "user", "content": _question(lo, hi, budget, middle, marks)})
         low, high = lo, hi
         for i, guess in enumerate(bisection_guesses(lo, hi, target)):
             messages.append({"role": "assistant", "content": f"<guess>{guess}</guess>"})
@@ -179,7 +220,9 @@ def _example_messages(
                 break
             low, high = (guess + 1, high) if guess < target else (low, guess - 1)
             interval = (low, high) if feedback == "interval" else None
-            answer = _feedback(guess, target, budget - i - 1, interval, middle=middle == "always")
+            answer = _feedback(
+                guess, target, budget - i - 1, interval, middle=middle == "always", marks=marks
+            )
             messages.append({"role": "user", "content": answer})
     return messages
 
@@ -188,7 +231,7 @@ def _is_question(content: Any) -> bool:
     return isinstance(content, str) and content.startswith(_QUESTION.split("{", 1)[0])
 
 
-def _check_feedback(feedback: Any, middle: Any = "none") -> None:
+def _check_feedback(feedback: Any, middle: Any = "none", marks: Any = 0) -> None:
     if feedback not in FEEDBACK:
         raise ConfigError(f"bisect feedback must be one of {', '.join(FEEDBACK)}, got {feedback!r}")
     if middle not in MIDDLE:
@@ -198,21 +241,38 @@ def _check_feedback(feedback: Any, middle: Any = "none") -> None:
             "bisect middle=always names the middle of the range each answer restates, so it needs "
             "feedback=interval (or use middle=question)"
         )
+    if isinstance(marks, bool) or not isinstance(marks, int):
+        raise ConfigError(f"bisect marks must be a whole number, got {marks!r}")
+    if marks:
+        if marks < 3 or marks > MAX_MARKS or marks % 2 == 0:
+            raise ConfigError(f"bisect marks must be 0 (off) or odd from 3 to {MAX_MARKS}, got {marks}")
+        if feedback != "interval" or middle != "none":
+            raise ConfigError(
+                "bisect marks lists numbers of the range each answer restates, so it needs "
+                "feedback=interval and middle=none (the middle is one of the marks)"
+            )
 
 
 def build_bisect_prompt(
-    lo: int, hi: int, budget: int, *, examples: int = 1, feedback: str = "plain", middle: str = "none"
+    lo: int,
+    hi: int,
+    budget: int,
+    *,
+    examples: int = 1,
+    feedback: str = "plain",
+    middle: str = "none",
+    marks: int = 0,
 ) -> list[dict[str, str]]:
     """The prompt of a game over ``[lo, hi]`` with ``budget`` guesses: the system prompt,
     ``examples`` worked example episodes (0 to 3: games of the same size and budget, played by
-    bisection, their answers in the ``feedback`` and ``middle`` style) and the question."""
+    bisection, their answers in the ``feedback``, ``middle`` and ``marks`` style) and the question."""
     if not 0 <= examples <= len(_EXAMPLES):
         raise ConfigError(f"examples must be from 0 to {len(_EXAMPLES)}, got {examples}")
-    _check_feedback(feedback, middle)
+    _check_feedback(feedback, middle, marks)
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        *_example_messages(examples, budget, feedback, size=hi - lo + 1, middle=middle),
-        {"role": "user", "content": _question(lo, hi, budget, middle)},
+        *_example_messages(examples, budget, feedback, size=hi - lo + 1, middle=middle, marks=marks),
+        {"role": "user", "content": _question(lo, hi, budget, middle, marks)},
     ]
 
 
@@ -284,6 +344,7 @@ _CONFIG_KEYS = (
     "max_start",
     "feedback",
     "middle",
+    "marks",
     "guess_reward",
     "guess_reward_by",
 )
@@ -320,7 +381,8 @@ class BisectEnv(BaseTextEnv):
                 f"env_config 'feedback' must be one of {', '.join(FEEDBACK)}, got {self.feedback!r}"
             )
         self.middle = config_get(env_config, "middle", "none")
-        _check_feedback(self.feedback, self.middle)
+        self.marks = config_int(env_config, "marks", 0, 0, MAX_MARKS)
+        _check_feedback(self.feedback, self.middle, self.marks)
         self.guess_reward = config_float(env_config, "guess_reward", 0.0, 0.0, 1.0)
         self.guess_reward_by = config_get(env_config, "guess_reward_by", "consistent")
         if self.guess_reward_by not in GUESS_REWARD_BY:
@@ -371,14 +433,14 @@ class BisectEnv(BaseTextEnv):
         )
 
     def _question(self) -> dict[str, str]:
-        return {"role": "user", "content": _question(self.lo, self.hi, self.budget, self.middle)}
+        return {"role": "user", "content": _question(self.lo, self.hi, self.budget, self.middle, self.marks)}
 
     def init(self, prompt: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         messages = [dict(m) for m in prompt] if isinstance(prompt, list | tuple) else []
-        if self.budget_changed or self.middle != "none" or not messages:
+        if self.budget_changed or self.middle != "none" or self.marks or not messages:
             messages = [*messages[:-1], self._question()]
         examples = self.examples
-        if examples is None and (self.feedback != "plain" or self.middle != "none"):
+        if examples is None and (self.feedback != "plain" or self.middle != "none" or self.marks):
             # the row's own examples answer plainly: write them again in this env's style
             asked = [m for m in messages[:-1] if m.get("role") == "user" and _is_question(m.get("content"))]
             examples = min(len(asked), len(_EXAMPLES))
@@ -386,7 +448,12 @@ class BisectEnv(BaseTextEnv):
             messages = [
                 {"role": "system", "content": SYSTEM_PROMPT},
                 *_example_messages(
-                    examples, self.budget, self.feedback, size=self.hi - self.lo + 1, middle=self.middle
+                    examples,
+                    self.budget,
+                    self.feedback,
+                    size=self.hi - self.lo + 1,
+                    middle=self.middle,
+                    marks=self.marks,
                 ),
                 messages[-1],
             ]
@@ -433,7 +500,9 @@ class BisectEnv(BaseTextEnv):
             reward = self.guess_reward * split
         else:
             reward = self.guess_reward
-        answer = _feedback(guess, self.target, left, interval, middle=self.middle == "always")
+        answer = _feedback(
+            guess, self.target, left, interval, middle=self.middle == "always", marks=self.marks
+        )
         return self._out(answer, reward, meta)
 
     def _out(self, content: str, reward: float, meta: dict[str, Any]) -> BaseTextEnvStepOutput:

@@ -11,6 +11,7 @@ from skyrl_gym.envs.bisect import (
     bisection_guesses,
     build_bisect_prompt,
     generate_bisect_rows,
+    marks_of,
     min_budget,
 )
 from skyrl_gym.errors import ConfigError
@@ -258,6 +259,61 @@ def test_middle_always_names_the_middle_left_and_bisection_copies_it():
         _make(row, {"middle": "always"})
     with pytest.raises(ConfigError, match="middle must be one of none, question, always"):
         _make(row, {"middle": "yes"})
+
+
+def test_marks_by_hand():
+    assert marks_of(1, 32, 7) == [1, 6, 11, 16, 21, 26, 32]
+    assert marks_of(17, 23, 5) == [17, 18, 20, 21, 23]
+    assert marks_of(21, 23, 7) == [21, 22, 23]  # fewer numbers than marks: each once
+    assert marks_of(5, 5, 3) == [5]
+    for lo in range(1, 12):
+        for hi in range(lo, lo + 70):
+            for count in (3, 5, 7, 9):
+                marks = marks_of(lo, hi, count)
+                assert marks[0] == lo and marks[-1] == hi and marks == sorted(set(marks))
+                assert len(marks) == min(count, hi - lo + 1)
+                assert marks[(len(marks) - 1) // 2] == (lo + hi) // 2  # the middle mark bisects
+    with pytest.raises(ValueError, match="odd"):
+        marks_of(1, 9, 4)
+
+
+def test_marks_list_the_range_left_and_the_middle_mark_bisects():
+    row = generate_bisect_rows(1, split="test")[0]
+    env, messages = _make(row, {"feedback": "interval", "marks": 5, "examples": 2})
+    assert messages == build_bisect_prompt(row["lo"], row["hi"], 6, examples=2, feedback="interval", marks=5)
+    lo, hi, target = row["lo"], row["hi"], row["reward_spec"]["ground_truth"]
+    listed = ", ".join(map(str, marks_of(lo, hi, 5)))
+    assert (
+        messages[-1]["content"] == f"Find the number from {lo} to {hi} (marks: {listed}). You have 6 guesses."
+    )
+
+    def marks_in(text):
+        return [int(x) for x in text.rsplit("(marks: ", 1)[1].split(")", 1)[0].split(", ")]
+
+    # every worked example guesses the middle mark of the question or answer before it
+    for before, after in zip(messages[1:-1], messages[2:-1], strict=False):
+        if before["role"] == "user" and after["role"] == "assistant":
+            marks = marks_in(before["content"])
+            assert after["content"] == f"<guess>{marks[(len(marks) - 1) // 2]}</guess>"
+    # a policy that guesses the middle mark the last observation lists plays midpoint bisection
+    seen, outs = messages[-1]["content"], []
+    while not outs or not outs[-1].done:
+        marks = marks_in(seen)
+        outs.append(env.step(f"<guess>{marks[(len(marks) - 1) // 2]}</guess>"))
+        seen = outs[-1].observations[0]["content"] if outs[-1].observations else ""
+    assert [o.metadata["guess"] for o in outs] == bisection_guesses(lo, hi, target)
+    assert outs[-1].reward == 1.0 and env.get_metrics()["middle_guesses"] == len(outs)
+    wrong, _ = _make(game(1, 16, 3), {"feedback": "interval", "marks": 3})
+    assert wrong.step("<guess>8</guess>").observations[0]["content"] == (
+        "lower: the number is less than 8, so it is from 1 to 7 (marks: 1, 4, 7). Guesses left: 4."
+    )
+    with pytest.raises(ConfigError, match="needs feedback=interval and middle=none"):
+        _make(row, {"marks": 5})
+    with pytest.raises(ConfigError, match="needs feedback=interval and middle=none"):
+        _make(row, {"marks": 5, "feedback": "interval", "middle": "question"})
+    for bad in (4, 1, 11):
+        with pytest.raises(ConfigError, match="marks"):
+            _make(row, {"marks": bad, "feedback": "interval"})
 
 
 def test_budget_spent_ends_the_episode_unsolved():
