@@ -51,6 +51,8 @@ SHIPPED_TEMPLATES = ("chatml_tools", "chatml_think")
 
 # Private-use code points mark where each message's content goes in a rendering.
 _OPEN, _CLOSE = "\ue000", "\ue001"
+#: The letter :meth:`ChatRenderer.encode_continued` puts after text that ends in whitespace.
+_PROBE = "a"
 _SLOT_RE = re.compile(f"{_OPEN}(\\d+){_CLOSE}")
 
 
@@ -104,6 +106,7 @@ class ChatRenderer:
         # Short observation texts repeat (error messages, "ok", the same tool output for every
         # sample of a GRPO group): their ids are kept, bounded, as tokenizing costs tens of us.
         self._text_ids: dict[str, list[int]] = {}
+        self._probe_id: int | None = None  # the id of _PROBE alone (-1: it is not one token)
 
     # ------------------------------------------------------------------ rendering
     def _template_for(self, tools: Sequence[dict[str, Any]] | None) -> str:
@@ -170,6 +173,29 @@ class ChatRenderer:
                 self._text_ids.clear()
             self._text_ids[text] = list(ids)
         return ids
+
+    def encode_continued(self, text: str) -> list[int]:
+        """``text``'s plain-text ids as they are when the same message goes on after it: an
+        inline observation, which the model continues in its own turn.
+
+        A byte-level BPE tokenizer cuts trailing whitespace differently at the end of a string
+        than before a word: ``"</observation>\\n\\n"`` alone ends in the one token ``"\\n\\n"``,
+        while in ``"</observation>\\n\\n<think>"`` (how a worked example in the prompt was
+        tokenized, and how the model read such text in pretraining) the newlines are two tokens
+        and ``<think>`` follows. Fed the first form, SmolLM2-135M-Instruct skipped ``<think>``
+        or wrote no well-formed turn at all. So ``text`` ending in whitespace gets the ids of
+        ``text + "a"`` without the last, where ``"a"`` stayed a token of its own (the ids before
+        it then spell ``text`` exactly); otherwise, and where the letter merged (a trailing
+        space joins the next word), the ids of ``text``."""
+        if not text or not text[-1].isspace():
+            return self.encode_text(text)
+        if self._probe_id is None:
+            probe = self.encode_text(_PROBE)
+            self._probe_id = probe[0] if len(probe) == 1 else -1
+        ids = self.encode_text(text + _PROBE)
+        if self._probe_id >= 0 and len(ids) > 1 and ids[-1] == self._probe_id:
+            return ids[:-1]
+        return self.encode_text(text)
 
     def encode_prompt(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None

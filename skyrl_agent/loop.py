@@ -218,7 +218,7 @@ class TokenTurns:
         obs = list(observations)
         self.inline_open = self.config.observation_style == "inline" and not ended_eos
         if self.inline_open:
-            obs_ids = self.renderer.encode_text(_inline_text(obs))
+            obs_ids = self.renderer.encode_continued(_inline_text(obs))
         else:
             obs_ids = self.renderer.encode_observation(
                 obs, self.tools, turn_ended_with_eos=ended_eos, last_token_id=self.last_id

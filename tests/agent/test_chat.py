@@ -124,6 +124,33 @@ def test_fast_plain_text_encoding_equals_the_tokenizer(tokenizer, text):
     )
 
 
+@pytest.mark.parametrize(
+    "text, after",
+    [
+        ("</observation>\n\n", "<think>"),
+        ("result\n", "The"),
+        ("x\n\n\n", "<sql>"),
+        ("\n", "a"),
+    ],
+)
+def test_continued_text_tokenizes_as_in_the_middle_of_a_message(tokenizer, text, after):
+    renderer = ChatRenderer(tokenizer)
+    ids = renderer.encode_continued(text)
+    assert tokenizer.decode(ids) == text
+    assert ids + renderer.encode_text(after) == renderer.encode_text(text + after)
+
+
+def test_continued_text_without_trailing_newlines_is_plain_text(tokenizer):
+    renderer = ChatRenderer(tokenizer)
+    for text in ("ends in a word", "ends in a space ", "", "<|im_end|>\n"):
+        ids = renderer.encode_continued(text)
+        assert tokenizer.decode(ids) == text
+        if not text.endswith("\n"):
+            assert ids == renderer.encode_text(text)
+    # a trailing space joins the next word, which is not known yet: the text's own ids
+    assert renderer.encode_continued("a ") == renderer.encode_text("a ")
+
+
 def test_observation_deltas_are_cached_per_shape(tokenizer):
     renderer = ChatRenderer(tokenizer)
     a = renderer.encode_observation([{"role": "user", "content": "first"}])

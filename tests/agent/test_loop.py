@@ -103,6 +103,24 @@ def test_inline_observation_style(tokenizer):
     assert len(traj.messages) == 2 and traj.messages[1]["role"] == "assistant"
 
 
+def test_an_inline_observation_is_tokenized_as_the_text_the_model_continues(tokenizer):
+    """An observation ending in blank lines, appended inline: the episode's ids of observation
+    and next turn are the ids of the same text written out whole (as a worked example in the
+    prompt is), not a lone "\\n\\n" token the model never saw before ``<think>``."""
+    obs = "\n\n<observation>1\n<reminder>You have 1 turn left.</reminder></observation>\n\n"
+    second = "<think>done</think>\n<solution>1</solution> DONE"
+    policy = ScriptedPolicy(tokenizer, ["<sql>SELECT 1</sql>", second], add_eos=False)
+    traj, _ = _run(policy, extras={"obs_text": obs}, observation_style="inline")
+    assert traj.num_turns == 2
+    start, _ = traj.turn_spans[1]
+    first_end = traj.turn_spans[0][1]
+    observed = traj.response_ids[first_end:start]
+    whole = tokenizer.encode(obs + "<think>", add_special_tokens=False)
+    assert observed == whole[: len(observed)] and tokenizer.decode(observed) == obs
+    alone = tokenizer.encode(obs, add_special_tokens=False)
+    assert alone != observed  # the bug this guards against: the text alone ends in one "\\n\\n" token
+
+
 def test_split_steps(tokenizer):
     traj, _ = _run(ScriptedPolicy(tokenizer, ["a", "b", "DONE"]))
     steps = split_steps(traj)
