@@ -260,27 +260,31 @@ class RolloutEngine:
         self.progress_every_s = progress_every_s
         self.gc_gen0_threshold = gc_gen0_threshold
 
-    def run_sync(self, items: Sequence[PromptItem]) -> RolloutResult:
+    def run_sync(self, items: Sequence[PromptItem], first_group: int = 0) -> RolloutResult:
         """:meth:`run` from synchronous code."""
-        return asyncio.run(self.run(items))
+        return asyncio.run(self.run(items, first_group))
 
-    async def run(self, items: Sequence[PromptItem]) -> RolloutResult:
-        """Play ``n_samples`` episodes of every item; return them with the batch's counts."""
-        return await self.run_jobs(episode_jobs(items, self.config.n_samples))
+    async def run(self, items: Sequence[PromptItem], first_group: int = 0) -> RolloutResult:
+        """Play ``n_samples`` episodes of every item; return them with the batch's counts. Item
+        ``g``'s episodes are group ``first_group + g`` (:meth:`run_jobs`)."""
+        return await self.run_jobs(episode_jobs(items, self.config.n_samples), first_group)
 
-    async def run_jobs(self, jobs: Sequence[EpisodeJob]) -> RolloutResult:
+    async def run_jobs(self, jobs: Sequence[EpisodeJob], first_group: int = 0) -> RolloutResult:
         """Play the given episodes ``(group, sample, item)`` (a shard of a batch: the Ray engine
         gives each worker some groups); seeds derive from ``(config.seed, group, sample)``, so
-        an episode is the same whichever process plays it."""
+        an episode is the same whichever process plays it. The episodes' ``group_id`` is
+        ``first_group + group``: where this batch's groups start in a larger one (a rank's shard
+        of a step, a step's later sampling round), given when the episodes are made rather than
+        added afterwards; the seeds do not depend on it."""
         old_threshold = gc.get_threshold()
         if self.gc_gen0_threshold is not None:
             gc.set_threshold(max(self.gc_gen0_threshold, old_threshold[0]), *old_threshold[1:])
         try:
-            return await self._run(jobs)
+            return await self._run(jobs, first_group)
         finally:
             gc.set_threshold(*old_threshold)
 
-    async def _run(self, jobs: Sequence[EpisodeJob]) -> RolloutResult:
+    async def _run(self, jobs: Sequence[EpisodeJob], first_group: int) -> RolloutResult:
         cfg = self.config
         start = time.monotonic()
         stages = _Stages.open(cfg)
@@ -292,7 +296,7 @@ class RolloutEngine:
             nonlocal retries
             info = EpisodeInfo(
                 prompt_id=item.prompt_id or str(group),
-                group_id=group,
+                group_id=first_group + group,
                 sample_index=sample,
                 env_id=item.env_id,
                 seed=episode_seed(cfg.seed, group, sample),

@@ -204,10 +204,11 @@ class _Worker:
         jobs: list[EpisodeJob],
         config: RolloutConfig | None = None,
         weights: tuple[int, list[Any]] | None = None,
+        first_group: int = 0,
     ) -> _ShardReport:
         """Play ``jobs`` with ``config`` (None: the one it was built with), after loading
         ``weights`` (``(version, [object ref])``) unless that object is the one it loaded last;
-        its episodes record the version."""
+        its episodes record the version, and their groups start at ``first_group``."""
         import ray
 
         synced, nbytes, seconds = False, 0, 0.0
@@ -229,7 +230,7 @@ class _Worker:
             self.version = weights[0]
         if config is not None:
             self.engine.config = config
-        result = asyncio.run(self.engine.run_jobs(jobs))
+        result = asyncio.run(self.engine.run_jobs(jobs, first_group))
         for traj in result.trajectories:
             traj.policy_version = self.version
         restarted = (
@@ -403,14 +404,19 @@ class RayRolloutEngine:
         self.close()
 
     # ------------------------------------------------------------------ runs
-    def run_sync(self, items: Sequence[PromptItem], config: RolloutConfig | None = None) -> RolloutResult:
+    def run_sync(
+        self, items: Sequence[PromptItem], config: RolloutConfig | None = None, first_group: int = 0
+    ) -> RolloutResult:
         """:meth:`run` from synchronous code."""
-        return asyncio.run(self.run(items, config))
+        return asyncio.run(self.run(items, config, first_group))
 
-    async def run(self, items: Sequence[PromptItem], config: RolloutConfig | None = None) -> RolloutResult:
+    async def run(
+        self, items: Sequence[PromptItem], config: RolloutConfig | None = None, first_group: int = 0
+    ) -> RolloutResult:
         """Play ``n_samples`` episodes of every item over the workers, with ``config`` (None: the
         engine's; its ``concurrency`` split over the workers); same result as the local engine's
-        (trajectories ordered by (group, sample), the batch's counts)."""
+        (trajectories ordered by (group, sample), groups from ``first_group``, the batch's
+        counts)."""
         start = time.monotonic()
         config = config or self.config
         jobs = episode_jobs(items, config.n_samples)
@@ -423,7 +429,7 @@ class RayRolloutEngine:
         busy = [(i, actors[i], shard) for i, shard in enumerate(shards) if shard]
         wconfig = self._worker_config(config)
         outcomes = await asyncio.gather(
-            *(self._run_shard(actor, shard, wconfig, weights) for _, actor, shard in busy),
+            *(self._run_shard(actor, shard, wconfig, weights, first_group) for _, actor, shard in busy),
             return_exceptions=True,
         )
         trajs: list[Trajectory] = []
@@ -436,7 +442,7 @@ class RayRolloutEngine:
                 failure = Failure(  # the worker, not the episode: another worker may play it
                     FailureStage.SETUP, type(outcome).__name__, f"{outcome} (Ray worker lost)", retriable=True
                 )
-                trajs += [_lost(job, failure) for job in shard]
+                trajs += [_lost(job, failure, first_group) for job in shard]
                 with self._lock:
                     self.counts.episodes_lost += len(shard)
                 continue
@@ -458,7 +464,7 @@ class RayRolloutEngine:
         if lost:
             self.close()  # the next run starts fresh workers
         trajs.sort(key=lambda t: (t.group_id, t.sample_index))
-        _check_once_each(jobs, trajs)
+        _check_once_each(jobs, trajs, first_group)
         stats = RolloutStats.of(trajs, time.monotonic() - start, retries)
         steps = [s for t in trajs for s in training_samples(t, step_wise=True)] if config.step_wise else []
         return RolloutResult(trajs, stats, steps)
@@ -469,20 +475,21 @@ class RayRolloutEngine:
         shard: list[EpisodeJob],
         config: RolloutConfig,
         weights: tuple[int, list[Any]] | None,
+        first_group: int = 0,
     ) -> tuple[_ShardReport, bool]:
         """The worker's report, and whether the shard had to be played again: a worker lost
         mid-shard is restarted by Ray (``max_restarts``) and the call sent once more."""
         import ray
 
         try:
-            return await actor.run.remote(shard, config, weights), False
+            return await actor.run.remote(shard, config, weights, first_group), False
         except ray.exceptions.RayActorError:
             if self.ray_config.max_restarts == 0:
                 raise
         deadline = time.monotonic() + self.ray_config.placement_timeout_s
         while True:  # Ray restarts it (elsewhere when its node is gone); died for good: raises
             try:
-                return await actor.run.remote(shard, config, weights), True
+                return await actor.run.remote(shard, config, weights, first_group), True
             except ray.exceptions.ActorUnavailableError:
                 if time.monotonic() > deadline:
                     raise
@@ -514,9 +521,9 @@ def _tensor(value: Any) -> Any:
         return torch.from_numpy(value)
 
 
-def _check_once_each(jobs: Sequence[EpisodeJob], trajs: Sequence[Trajectory]) -> None:
+def _check_once_each(jobs: Sequence[EpisodeJob], trajs: Sequence[Trajectory], first_group: int = 0) -> None:
     """Every job's episode exactly once: a re-played shard must neither lose nor repeat one."""
-    want = sorted((group, sample) for group, sample, _ in jobs)
+    want = sorted((first_group + group, sample) for group, sample, _ in jobs)
     got = [(t.group_id, t.sample_index) for t in trajs]
     if got != want:
         raise RuntimeError(
@@ -604,8 +611,12 @@ def _amount(key: str, value: float) -> str:
     return f"{value / 1e9:g} GB of" if key == "memory" else f"{value:g}"
 
 
-def _lost(job: EpisodeJob, error: Failure) -> Trajectory:
+def _lost(job: EpisodeJob, error: Failure, first_group: int = 0) -> Trajectory:
     group, sample, item = job
     return Trajectory.failed(
-        error, prompt_id=item.prompt_id or str(group), group_id=group, sample_index=sample, env_id=item.env_id
+        error,
+        prompt_id=item.prompt_id or str(group),
+        group_id=first_group + group,
+        sample_index=sample,
+        env_id=item.env_id,
     )

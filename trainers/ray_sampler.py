@@ -91,9 +91,12 @@ class RaySampler:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_token_id = int(pad or 0)
 
-    def play(self, items: Sequence[PromptItem], config: RolloutConfig) -> list[Trajectory]:
-        """The episodes of ``items`` under ``config``, played by the workers with the newest weights."""
-        return self.engine.run_sync(items, config).trajectories
+    def play(
+        self, items: Sequence[PromptItem], config: RolloutConfig, first_group: int = 0
+    ) -> list[Trajectory]:
+        """The episodes of ``items`` under ``config``, played by the workers with the newest
+        weights, their groups numbered from ``first_group``."""
+        return self.engine.run_sync(items, config, first_group).trajectories
 
     def update_weights(self, state_dict: Mapping[str, Any], version: int | None = None) -> int:
         """Give the workers the trained weights as ``version`` (the trainer's steps finished;

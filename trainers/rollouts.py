@@ -53,9 +53,11 @@ def play(
     dist: DistContext = SINGLE,
     progress: bool = False,
     progress_every_s: float = 5.0,
+    first_group: int = 0,
 ) -> list[Trajectory]:
     """``n_samples`` episodes of each item, played with the run's ``rollout`` config (its
-    ``n_samples`` and ``seed`` replaced by these) and its ``env_config`` items, every rank's.
+    ``n_samples`` and ``seed`` replaced by these) and its ``env_config`` items, every rank's;
+    item ``i``'s episodes are group ``first_group + i``.
 
     Data parallel: this rank plays its contiguous shard of ``items`` with its own ``seed``; group
     ids count over the whole list, so they are the same on every rank. With Ray workers rank 0
@@ -67,13 +69,12 @@ def play(
         mine = dist.shard(len(items))
     config = dataclasses.replace(rollout, n_samples=n_samples, seed=seed)
     shard = with_env_config(items[mine], parse_env_config(env_config))
+    groups_from = first_group + mine.start  # group ids over the whole list, not this rank's shard
     if remote:  # the Ray workers play them
-        own = policy.play(shard, config) if shard else []
+        own = policy.play(shard, config, groups_from) if shard else []
     else:
         engine = RolloutEngine(policy, config, progress=progress, progress_every_s=progress_every_s)
-        own = engine.run_sync(shard).trajectories if shard else []
-    for t in own:  # group ids over the whole list, not this rank's shard
-        t.group_id += mine.start
+        own = engine.run_sync(shard, groups_from).trajectories if shard else []
     trajs = [t for part in dist.all_gather_objects(own) for t in part]
     check_not_all_failed(trajs)
     return trajs
@@ -133,9 +134,9 @@ def rollout_step(
             n_samples=cfg.rollout.n_samples,
             seed=seed,
             dist=dist,
+            first_group=drawn,  # group ids unique over the step's rounds
         )
-        for t in new:  # group ids unique over the step's rounds
-            t.group_id += drawn
+        for t in new:
             if t.policy_version is None:  # the local sampler holds the weights of `version`
                 t.policy_version = version
         trajs += new

@@ -5,6 +5,7 @@
     python examples/skyrl_sql/cpu_run.py --smoke              # a tiny random model, one step (CI)
     python examples/skyrl_sql/cpu_run.py -- --steps 4         # extra `skyrl train` flags after --
     python examples/skyrl_sql/cpu_run.py --hidden create      # the schema hidden (hidden_data.py)
+    python examples/skyrl_sql/cpu_run.py --hidden create --hidden-examples 3  # three worked episodes
 
 The databases and questions are generated under ``<run-dir>/data`` (:mod:`cpu_data`: held-out
 databases have schemas training never saw, and held-out questions a different wording). The
@@ -62,13 +63,15 @@ def per_shape(summary: dict, eval_file: Path) -> dict[str, dict[str, float]]:
     }
 
 
-def with_task(cfg: TrainConfig, data_dir: Path, hidden: str | None = None) -> tuple[TrainConfig, Path]:
+def with_task(
+    cfg: TrainConfig, data_dir: Path, hidden: str | None = None, examples: int = 1
+) -> tuple[TrainConfig, Path]:
     """Write the task under ``data_dir`` (:mod:`cpu_data`'s, or :mod:`hidden_data`'s with the
-    worked episode ``hidden``) for ``cfg``'s turns and seed; return ``cfg`` training on it, with
-    its held-out rows and databases, and the held-out file."""
+    worked episode ``hidden``, ``examples`` of them) for ``cfg``'s turns and seed; return
+    ``cfg`` training on it, with its held-out rows and databases, and the held-out file."""
     if hidden:
         train_file, eval_file = hidden_data.write_task(
-            data_dir, max_turns=cfg.rollout.max_turns, seed=cfg.run.seed, example=hidden
+            data_dir, max_turns=cfg.rollout.max_turns, seed=cfg.run.seed, example=hidden, examples=examples
         )
     else:
         train_file, eval_file = cpu_data.write_task(
@@ -97,6 +100,12 @@ def main(argv: list[str] | None = None) -> dict:
         default=None,
         help="the hidden-schema task (hidden_data.py) with this worked episode, instead of cpu_data.py's",
     )
+    ap.add_argument(
+        "--hidden-examples",
+        type=int,
+        default=1,
+        help="worked episodes in the hidden-schema prompt (create: 1 to 3)",
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
     args = ap.parse_args(argv[:cut])
@@ -117,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
         tok.save_pretrained(run_dir / "tiny-model")
         cfg = cfg.replace(model=str(run_dir / "tiny-model"))
     t0 = time.perf_counter()
-    cfg, eval_file = with_task(cfg, run_dir / "data", hidden=args.hidden)
+    cfg, eval_file = with_task(cfg, run_dir / "data", hidden=args.hidden, examples=args.hidden_examples)
 
     result = train(cfg)
 

@@ -16,6 +16,32 @@ from tests.agent.envs import ECHO_ID, EchoEnv, echo_items, per_episode_script
 pytestmark = pytest.mark.usefixtures("echo_env")
 
 
+def test_groups_start_where_the_caller_says_and_seeds_do_not_move(tokenizer):
+    """A batch placed after 5 groups (a rank's shard, a later sampling round) numbers its
+    groups from 5 when its episodes are made; their seeds and everything played stay those of
+    the same batch numbered from 0."""
+    cfg = RolloutConfig(n_samples=2, concurrency=4, max_turns=3, seed=11)
+
+    class Recording(ScriptedPolicy):
+        seeds: list = []
+
+        async def generate(self, requests):
+            self.seeds += [r.sampling.seed for r in requests]
+            return await super().generate(requests)
+
+    def run(first_group):
+        policy = Recording(tokenizer, per_episode_script(tokenizer, ["a", "DONE"]))
+        policy.seeds = []
+        trajs = RolloutEngine(policy, cfg, progress=False).run_sync(echo_items(3), first_group).trajectories
+        return trajs, sorted(policy.seeds)
+
+    (base, base_seeds), (placed, placed_seeds) = run(0), run(5)
+    assert [(t.group_id, t.sample_index) for t in placed] == [(5 + g, s) for g in range(3) for s in range(2)]
+    assert placed_seeds == base_seeds and len(set(base_seeds)) == 12  # 6 episodes of 2 turns
+    assert [t.input_ids for t in placed] == [t.input_ids for t in base]
+    assert [t.prompt_id for t in placed] == [t.prompt_id for t in base]
+
+
 def test_groups_ordering_and_stats(tokenizer, tmp_path):
     policy = ScriptedPolicy(tokenizer, per_episode_script(tokenizer, ["a", "DONE"]), latency_s=0.001)
     cfg = RolloutConfig(n_samples=3, concurrency=4, max_turns=5)

@@ -279,12 +279,12 @@ def test_cpu_search_task_in_the_env(tmp_path):
 cpu_run = _load("sql_cpu_run", REPO / "examples" / "skyrl_sql" / "cpu_run.py")
 
 
-@pytest.mark.parametrize("hidden", [None, "create"])
-def test_sql_cpu_run_trains_text2sql_on_the_task_it_wrote(tmp_path, hidden):
+@pytest.mark.parametrize("hidden, examples", [(None, 1), ("create", 1), ("create", 3)])
+def test_sql_cpu_run_trains_text2sql_on_the_task_it_wrote(tmp_path, hidden, examples):
     """The run's config keeps cpu.flags' env and settings and points at the generated rows and
     databases (a whole-part replace once sent this recipe to the default env)."""
     flags = recipe.train_config(recipe.read_flags(REPO / "examples" / "skyrl_sql" / "cpu.flags"))
-    cfg, eval_file = cpu_run.with_task(flags, tmp_path / "data", hidden=hidden)
+    cfg, eval_file = cpu_run.with_task(flags, tmp_path / "data", hidden=hidden, examples=examples)
     assert cfg.data.env == "text2sql" and cfg.data.path == str(tmp_path / "data" / "train.jsonl")
     assert cfg.data.eval_data == str(eval_file) and eval_file == tmp_path / "data" / "eval.jsonl"
     assert f"text2sql.db_path={(tmp_path / 'data').resolve()}" in cfg.data.env_config
@@ -296,3 +296,5 @@ def test_sql_cpu_run_trains_text2sql_on_the_task_it_wrote(tmp_path, hidden):
     rows = [json.loads(line) for line in open(cfg.data.path)]
     assert rows and all(r["max_turns"] == 3 for r in rows)
     assert all(r.get("env_config", {}).get("hide_schema", False) == (hidden is not None) for r in rows)
+    shown = sum(m["content"].startswith("Database: ") for m in rows[0]["prompt"])
+    assert shown == (examples + 1 if hidden else 0)  # the worked episodes' questions and the row's

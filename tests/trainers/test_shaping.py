@@ -75,13 +75,13 @@ def fake_play(informative_ids: set[str]):
     """A stand-in for rollouts.play: a prompt's group has mixed rewards iff its id is listed."""
     calls = []
 
-    def play(policy, items, rollout, env_config=(), *, n_samples, seed, dist=SINGLE):
+    def play(policy, items, rollout, env_config=(), *, n_samples, seed, dist=SINGLE, first_group=0):
         calls.append([it.prompt_id for it in items])
         out = []
         for g, it in enumerate(items):
             for i in range(n_samples):
                 r = float(i % 2) if it.prompt_id in informative_ids else 1.0
-                out.append(traj(3, 4, r, prompt_id=it.prompt_id, group_id=g, sample_index=i))
+                out.append(traj(3, 4, r, prompt_id=it.prompt_id, group_id=first_group + g, sample_index=i))
         return out
 
     return play, calls
