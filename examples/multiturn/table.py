@@ -85,7 +85,10 @@ def _recipe(config: dict) -> str:
     )
     if config.get("reduction", "token_mean") != "token_mean":  # the loss's shape, when not the default
         recipe += f", {config['reduction']}"
-    env_config = config.get("env_config") or []
+    # a db_path says where the run's databases were on its machine, not how the task was set
+    env_config = [
+        e for e in config.get("env_config") or [] if e.split("=", 1)[0].rsplit(".", 1)[-1] != "db_path"
+    ]
     return f"{recipe}; {' '.join(env_config)}" if env_config else recipe
 
 
