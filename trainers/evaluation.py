@@ -51,6 +51,9 @@ class EvalResult:
     turns_success_mean: float | None = None
     """Policy turns per successful episode (None: none succeeded): a multi-turn task's check that
     success did not come from a shortcut with fewer turns than the task needs."""
+    turns_success_min: int | None = None
+    """The fewest policy turns of a successful episode (None: none succeeded): a mean can hide a
+    few shortcuts behind longer episodes, the least cannot."""
     per_prompt: dict[str, float] = dataclasses.field(default_factory=dict)
     """Success rate of each held-out row, by prompt id (in ``summary.json``, not the metrics log),
     for breakdowns by a row's kind and for paired before/after comparisons."""
@@ -104,6 +107,7 @@ def evaluate(
         env_metrics=default_aggregate_metrics([t.env_metrics for t in good]),
         turns_mean=sum(t.num_turns for t in good) / len(good) if good else 0.0,
         turns_success_mean=sum(t.num_turns for t in won) / len(won) if won else None,
+        turns_success_min=min(t.num_turns for t in won) if won else None,
         per_prompt={pid: sum(v) / len(v) for pid, v in by_prompt.items()},
     )
 

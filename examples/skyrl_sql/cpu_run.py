@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,15 +65,30 @@ def per_shape(summary: dict, eval_file: Path) -> dict[str, dict[str, float]]:
 
 
 def with_task(
-    cfg: TrainConfig, data_dir: Path, hidden: str | None = None, examples: int = 1
+    cfg: TrainConfig,
+    data_dir: Path,
+    hidden: str | None = None,
+    examples: int = 1,
+    shapes: Sequence[str] | None = None,
+    eval_databases: int = 2,
 ) -> tuple[TrainConfig, Path]:
     """Write the task under ``data_dir`` (:mod:`cpu_data`'s, or :mod:`hidden_data`'s with the
-    worked episode ``hidden``, ``examples`` of them) for ``cfg``'s turns and seed; return
-    ``cfg`` training on it, with its held-out rows and databases, and the held-out file."""
+    worked episode ``hidden``, ``examples`` of them, questions of ``shapes`` only if given,
+    ``eval_databases`` held-out databases a held-out domain) for
+    ``cfg``'s turns and seed; return ``cfg`` training on it, with its held-out rows and
+    databases, and the held-out file."""
     if hidden:
         train_file, eval_file = hidden_data.write_task(
-            data_dir, max_turns=cfg.rollout.max_turns, seed=cfg.run.seed, example=hidden, examples=examples
+            data_dir,
+            max_turns=cfg.rollout.max_turns,
+            seed=cfg.run.seed,
+            example=hidden,
+            examples=examples,
+            shapes=shapes,
+            eval_databases=eval_databases,
         )
+    elif shapes is not None or eval_databases != 2:
+        raise ValueError("shapes and eval_databases set the hidden-schema task only (hidden=...)")
     else:
         train_file, eval_file = cpu_data.write_task(
             data_dir, max_turns=cfg.rollout.max_turns, seed=cfg.run.seed

@@ -43,6 +43,7 @@ import functools
 import os
 import random
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -277,11 +278,14 @@ def task_rows(
     observation_style: Literal["inline", "messages"] = "inline",
     example: ExampleName = "pragma",
     examples: int = 1,
+    shapes: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Build the databases of ``split`` (``train``: 3 per :data:`TRAIN` domain; ``eval``: 2 per
-    :data:`EVAL` domain) under ``root`` and return their hidden-schema rows."""
+    :data:`EVAL` domain) under ``root`` and return their hidden-schema rows: questions of every
+    shape of :data:`SHAPES`, or of the named ``shapes`` only (both splits alike)."""
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    chosen = _shapes(shapes)
     domains = TRAIN if split == "train" else EVAL
     per = dbs_per_domain or (3 if split == "train" else 2)
     rng = random.Random(f"hidden-{seed}-{split}")
@@ -300,7 +304,7 @@ def task_rows(
             data = cpu_data._build_db(db_file, hidden.schema, rng, rows=rng.randint(6, 10))
             wording = 1 if split == "train" else 2
             qs = cpu_data._questions(
-                hidden.schema, data, rng, wording, per_shape=2, shapes=SHAPES, words=words
+                hidden.schema, data, rng, wording, per_shape=2, shapes=chosen, words=words
             )
             for j, (shape, question, sql) in enumerate(qs):
                 rows.append(
@@ -329,6 +333,17 @@ def task_rows(
     return rows
 
 
+def _shapes(names: Sequence[str] | None) -> tuple[tuple[str, str, str, str], ...]:
+    """The :data:`SHAPES` named (all of them for None); ``ValueError`` naming an unknown one."""
+    if names is None:
+        return SHAPES
+    known = [shape[0] for shape in SHAPES]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ValueError(f"unknown question shapes {unknown}; use some of {known}")
+    return tuple(shape for shape in SHAPES if shape[0] in names)
+
+
 def write_task(
     root: str | Path,
     *,
@@ -337,14 +352,24 @@ def write_task(
     observation_style: Literal["inline", "messages"] = "inline",
     example: ExampleName = "pragma",
     examples: int = 1,
+    shapes: Sequence[str] | None = None,
+    eval_databases: int = 2,
 ) -> tuple[Path, Path]:
     """Build every database under ``root`` and write ``root/train.jsonl`` and ``root/eval.jsonl``
     (the training rows shuffled with ``seed``; the worked episode ``example`` (``examples`` of
-    them for ``create``), its observations as ``observation_style``, which the run's ``--observation-style`` must match); returns the two
-    paths."""
-    make_rows = functools.partial(
-        task_rows, observation_style=observation_style, example=example, examples=examples
+    them for ``create``), its observations as ``observation_style``, which the run's
+    ``--observation-style`` must match; questions of the named ``shapes``, or of all;
+    ``eval_databases`` held-out databases per held-out domain); returns the two paths."""
+    _shapes(shapes)  # a bad name fails before any database is written
+    if eval_databases < 1:
+        raise ValueError(f"eval_databases must be at least 1, got {eval_databases}")
+    rows = functools.partial(
+        task_rows, observation_style=observation_style, example=example, examples=examples, shapes=shapes
     )
+
+    def make_rows(root: Path, split: str, **kw: Any) -> list[dict[str, Any]]:
+        return rows(root, split, dbs_per_domain=eval_databases if split == "eval" else 0, **kw)
+
     return cpu_data.write_task(root, max_turns=max_turns, seed=seed, make_rows=make_rows)
 
 
@@ -366,6 +391,13 @@ if __name__ == "__main__":
     )
     ap.add_argument("--examples", type=int, default=1, help="worked episodes in the prompt (create: 1 to 3)")
     ap.add_argument("--max-turns", type=int, default=5, help="the rows' max_turns (the run's --max-turns)")
+    ap.add_argument(
+        "--shapes",
+        nargs="+",
+        choices=[shape[0] for shape in SHAPES],
+        default=None,
+        help="only these question shapes, in both splits (default: all)",
+    )
     args = ap.parse_args()
     train_file, eval_file = write_task(
         args.root,
@@ -373,6 +405,7 @@ if __name__ == "__main__":
         observation_style=args.observation_style,
         example=args.example,
         examples=args.examples,
+        shapes=args.shapes,
     )
     for p in (train_file, eval_file):
         print(p, sum(1 for _ in open(p)))

@@ -502,3 +502,20 @@ def test_every_shown_create_episode_is_what_the_env_returns_and_scores_1(tmp_pat
         hidden_data.worked_example(3, style, "create", examples=4)
     with pytest.raises(ValueError, match="1 to 1 episodes"):
         hidden_data.worked_example(5, style, "pragma", examples=2)
+
+
+def test_a_task_of_some_shapes_and_more_held_out_databases(tmp_path):
+    train_file, eval_file = hidden_data.write_task(
+        tmp_path, max_turns=3, example="create", shapes=("count", "max"), eval_databases=3
+    )
+    train = [json.loads(line) for line in open(train_file)]
+    held_out = [json.loads(line) for line in open(eval_file)]
+    assert {r["extra_info"]["shape"] for r in train + held_out} == {"count", "max"}
+    # 3 databases a held-out domain, one question of each shape on each
+    assert len({r["db_id"] for r in held_out}) == 3 * len(hidden_data.EVAL) == len(held_out) / 2
+    assert len({r["db_id"] for r in train}) == 3 * len(hidden_data.TRAIN)
+    with pytest.raises(ValueError, match="unknown question shapes \\['median'\\]"):
+        hidden_data.write_task(tmp_path / "bad", shapes=("count", "median"))
+    assert not (tmp_path / "bad").exists()  # refused before any database was written
+    with pytest.raises(ValueError, match="eval_databases must be at least 1"):
+        hidden_data.write_task(tmp_path / "bad", eval_databases=0)
