@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import random
 import threading
@@ -28,7 +27,7 @@ import torch
 
 from skyrl_agent.models import cache_kwarg, output_cache
 from skyrl_agent.policies import _sampling
-from skyrl_agent.policies.hf import check_request, eos_and_pad
+from skyrl_agent.policies.hf import bf16_autocast, check_request, eos_and_pad
 from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, SamplingParams
 from skyrl_gym.errors import ConfigError
 
@@ -147,14 +146,9 @@ class StaticBatchPolicy:
             check_request(r, self._vocab_size)
         outs: list[GenerateOutput] = []
         for i in range(0, len(requests), self.max_batch_size):
-            with self._lock, self._autocast():
+            with self._lock, bf16_autocast(self.autocast_bf16, self.device):
                 outs.extend(self._generate_batch(list(requests[i : i + self.max_batch_size])))
         return outs
-
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        if not self.autocast_bf16:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
 
     @torch.inference_mode()
     def _generate_batch(self, requests: list[GenerateRequest]) -> list[GenerateOutput]:

@@ -37,7 +37,7 @@ from skyrl_agent.policies._lean import LeanCopy, lean_copy_applies
 from skyrl_agent.types import SEED_MAX, SEED_MIN, GenerateOutput, GenerateRequest
 from skyrl_gym.errors import ConfigError
 
-__all__ = ["HFPolicy", "EngineConfig", "EngineStats", "check_request", "eos_and_pad"]
+__all__ = ["HFPolicy", "EngineConfig", "EngineStats", "bf16_autocast", "check_request", "eos_and_pad"]
 
 
 def check_request(req: GenerateRequest, vocab_size: int) -> None:
@@ -52,6 +52,13 @@ def check_request(req: GenerateRequest, vocab_size: int) -> None:
         raise ConfigError(f"seed must be an integer in [{SEED_MIN}, {SEED_MAX}], got {seed}")
     if req.sampling.max_tokens < 1:
         raise ConfigError(f"max_tokens must be >= 1, got {req.sampling.max_tokens}")
+
+
+def bf16_autocast(enabled: bool, device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on ``device`` when ``enabled`` (the sampler's model calls), else a no-op."""
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 def eos_and_pad(model: Any, tokenizer: Any) -> tuple[frozenset[int], int]:
@@ -194,9 +201,7 @@ class HFPolicy:
         return self.engine.generate(requests)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        if not self.autocast_bf16:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return bf16_autocast(self.autocast_bf16, self.device)
 
     # ------------------------------------------------------------------ weights
     def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:

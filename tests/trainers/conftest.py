@@ -1,6 +1,7 @@
 """Fixtures of the trainer tests."""
 
 import pytest
+import torch
 
 
 @pytest.fixture(scope="session")
@@ -14,3 +15,11 @@ def tiny_model_dir(tmp_path_factory):
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture
+def restore_threads():
+    """``train`` sets torch's thread count for the whole process; give later tests theirs back."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)

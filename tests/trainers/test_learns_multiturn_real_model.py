@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from trainers.loop import train
 from trainers.metrics import read_jsonl
@@ -128,15 +127,7 @@ def train_and_check(run_dir: Path, seed: int = SEED) -> dict[str, Any]:
     return numbers
 
 
-@pytest.fixture
-def _restore_threads():
-    """``train`` sets torch's thread count for the whole process; give later tests theirs back."""
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_smollm2_learns_to_read_a_hidden_schema_before_answering(tmp_path, _restore_threads):
+def test_smollm2_learns_to_read_a_hidden_schema_before_answering(tmp_path, restore_threads):
     train_and_check(tmp_path / "run")

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from trainers.config import TrainConfig
 from trainers.loop import train
@@ -116,15 +115,7 @@ def train_and_check(run_dir: Path, seed: int = SEED) -> dict[str, Any]:
     return numbers
 
 
-@pytest.fixture
-def _restore_threads():
-    """``train`` sets torch's thread count for the whole process; give later tests theirs back."""
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # ~6 min quiet on 2 AVX2 cores; other load on the cores stretches it
-def test_smollm2_learns_calculator_held_out(tmp_path, _restore_threads):
+def test_smollm2_learns_calculator_held_out(tmp_path, restore_threads):
     train_and_check(tmp_path / "run")
