@@ -9,7 +9,8 @@ not a time or a memory figure, the checkpoint's weights (bytes) and its optimize
 
     python bench/same_numbers.py --against cb96183          # prints IDENTICAL or the differences
 
-Variants: ``plain`` (one row per episode) and ``step_wise`` (one row per turn). Exit code 0
+Variants: ``plain`` (one row per episode), ``step_wise`` (one row per turn), ``skip_flat`` (groups
+of equal rewards left out, the default filter), ``gigpo`` and ``mt_grpo`` (turn-level advantages). Exit code 0
 when every variant is identical, 1 otherwise. About a minute a variant and commit on 2 cores.
 """
 
@@ -50,7 +51,14 @@ class LenEnv(BaseTextEnv):
 skyrl_gym.register("same-numbers-len", "same_numbers_env:LenEnv")
 '''
 
-VARIANTS = {"plain": [], "step_wise": ["--step-wise"]}
+VARIANTS = {
+    "plain": ["--no-skip-equal-reward-groups"],
+    "step_wise": ["--no-skip-equal-reward-groups", "--step-wise"],
+    # the group filter (flat groups left out) and the turn-level estimators' per-turn reading
+    "skip_flat": [],
+    "gigpo": ["--no-skip-equal-reward-groups", "--advantage", "gigpo"],
+    "mt_grpo": ["--no-skip-equal-reward-groups", "--advantage", "mt_grpo"],
+}
 
 #: Metric names holding times or memory figures, which differ between any two runs.
 _VOLATILE = ("seconds", "mem_", "time", "wall", "rate", "_s", "peak", "rss", "tokens_per")
@@ -66,7 +74,7 @@ def _run(tree: Path, work: Path, variant: str) -> list[str]:
         "--steps", "2", "--prompts-per-step", "2", "--group-size", "4", "--train-prompts", "20",
         "--eval-prompts", "4", "--eval-samples", "2", "--max-turns", "3", "--max-tokens-per-turn", "8",
         "--no-bf16", "--threads", "1", "--temperature", "1.0", "--no-progress",
-        "--no-skip-equal-reward-groups", "--seed", "3", *VARIANTS[variant],
+        "--seed", "3", *VARIANTS[variant],
     ]  # fmt: skip
     proc = subprocess.run(
         cmd,

@@ -8,6 +8,7 @@ Importing this package imports no torch; the local transformers policy lives in
 from skyrl_agent.chat import ChatRenderer, TokenizationReport, check_tokenization
 from skyrl_agent.context import split_steps, training_samples
 from skyrl_agent.engine import PromptItem, RolloutEngine, RolloutResult, RolloutStats, load_prompts
+from skyrl_agent.episodes import Episode, EpisodeGroup, EpisodeTurn, Outcome, group_episodes
 from skyrl_agent.failures import Failure, FailureStage
 from skyrl_agent.io import from_dataset, load_jsonl, load_parquet, save_jsonl, save_parquet, to_dataset
 from skyrl_agent.loop import EpisodeInfo, play_episode, run_episode
@@ -29,13 +30,17 @@ from skyrl_agent.types import (
 __all__ = [
     "ChatModel",
     "ChatRenderer",
+    "Episode",
+    "EpisodeGroup",
     "EpisodeInfo",
+    "EpisodeTurn",
     "Failure",
     "FailureStage",
     "FinishReason",
     "GenerateOutput",
     "GenerateRequest",
     "ObservationStyle",
+    "Outcome",
     "Policy",
     "PromptItem",
     "RolloutConfig",
@@ -49,6 +54,7 @@ __all__ = [
     "Turn",
     "check_tokenization",
     "from_dataset",
+    "group_episodes",
     "load_jsonl",
     "load_parquet",
     "load_prompts",

@@ -32,6 +32,7 @@ __all__ = [
     "ContextStrategy",
     "OMITTED",
     "drop_old_observations",
+    "history_stretches",
     "training_samples",
     "split_steps",
     "check_context_strategy",
@@ -63,7 +64,10 @@ def drop_old_observations(
     return out
 
 
-def _segments_of(traj: Trajectory) -> list[Segment]:
+def history_stretches(traj: Trajectory) -> list[Segment]:
+    """Every stretch of ``traj``'s history, in order: its segments (the stretches before each
+    context rewrite), then its own ids as the last one (the only one of an append-only
+    episode)."""
     last = Segment(
         prompt_ids=traj.prompt_ids,
         response_ids=traj.response_ids,
@@ -84,7 +88,7 @@ def training_samples(traj: Trajectory, step_wise: bool = False) -> list[Trajecto
         return [traj]
     out: list[Trajectory] = []
     turn = 0
-    for seg in _segments_of(traj):
+    for seg in history_stretches(traj):
         rewards = traj.turn_rewards[turn : turn + len(seg.turn_spans)]
         turn += len(seg.turn_spans)
         token_rewards = [0.0] * len(seg.response_ids)
@@ -130,7 +134,7 @@ def split_steps(traj: Trajectory) -> list[Trajectory]:
                 token_rewards=[0.0] * (n - 1) + [turn_reward],
                 turn_rewards=[turn_reward],
                 turn_spans=[(0, n)],
-                env_metrics={**traj.env_metrics, "step": t},
+                env_metrics=dict(traj.env_metrics),
             )
         )
     return samples

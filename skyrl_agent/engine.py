@@ -43,6 +43,7 @@ from skyrl_agent._episode import Turns, is_chat_level, play_turns
 from skyrl_agent._thread_pool import LoopThreadPool, run_in
 from skyrl_agent.chat import ChatRenderer
 from skyrl_agent.context import training_samples
+from skyrl_agent.episodes import Episode, EpisodeGroup, group_episodes
 from skyrl_agent.failures import Failure, FailureStage, count_failures
 from skyrl_agent.loop import episode_turns
 from skyrl_agent.tasks import load_tasks
@@ -207,8 +208,28 @@ class RolloutResult:
     """One per episode, ordered by (group, sample)."""
     stats: RolloutStats
     """Counts over the batch."""
-    step_samples: list[Trajectory] = field(default_factory=list)
-    """One per turn when ``config.step_wise`` (see :func:`~skyrl_agent.context.training_samples`)."""
+    step_wise: bool = False
+    """``config.step_wise`` of the run (what :attr:`step_samples` follows)."""
+
+    @property
+    def groups(self) -> list[EpisodeGroup]:
+        """The episodes read as turns, one :class:`~skyrl_agent.episodes.EpisodeGroup` a prompt
+        (see :mod:`skyrl_agent.episodes`), in the order of ``trajectories``."""
+        return group_episodes(self.trajectories)
+
+    @property
+    def episodes(self) -> list[Episode]:
+        """Each trajectory read as turns (:class:`~skyrl_agent.episodes.Episode`)."""
+        return [Episode.of(t) for t in self.trajectories]
+
+    @property
+    def step_samples(self) -> list[Trajectory]:
+        """One sample per turn when ``config.step_wise`` (empty otherwise), cut on each read by
+        :func:`~skyrl_agent.context.training_samples`. Kept for callers from before the trainer
+        cut its own rows (``trainers.rows.training_rows``); the engine no longer cuts them."""
+        if not self.step_wise:
+            return []
+        return [s for t in self.trajectories for s in training_samples(t, step_wise=True)]
 
 
 EnvFactory = Callable[[PromptItem], Any]
@@ -325,8 +346,7 @@ class RolloutEngine:
         stats = RolloutStats.of(trajs, wall, retries)
         if self.progress:
             self._print_progress(len(done), total, start, done, final=True)
-        steps = [s for t in trajs for s in training_samples(t, step_wise=True)] if cfg.step_wise else []
-        return RolloutResult(trajs, stats, steps)
+        return RolloutResult(trajs, stats, step_wise=cfg.step_wise)
 
     async def _episode(
         self,

@@ -53,7 +53,7 @@ def load_jsonl(path: str | os.PathLike[str]) -> list[Trajectory]:
 
 # Columns whose values are nested dicts of arbitrary shape (or may be None) are stored as JSON strings, so the
 # Arrow schema stays fixed whatever an env puts in its metrics.
-_JSON_COLUMNS = ("env_metrics", "messages", "segments", "turns", "failure")
+_JSON_COLUMNS = ("env_metrics", "messages", "segments", "turns", "failure", "session")
 
 
 def _to_rows(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:

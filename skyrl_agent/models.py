@@ -9,6 +9,7 @@ renames the finished directory into place, so concurrent processes never see hal
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -27,6 +28,7 @@ __all__ = [
     "BUNDLED_MODEL_PACKAGE",
     "BundledModelMissingError",
     "bundled_model_dir",
+    "bf16_autocast",
     "bf16_is_native",
     "cache_kwarg",
     "output_cache",
@@ -225,6 +227,15 @@ def bf16_is_native(device: Any = "cpu") -> bool:
     cpu = getattr(torch, "cpu", None)
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+
+
+def bf16_autocast(enabled: bool, device: Any = "cpu") -> contextlib.AbstractContextManager:
+    """bf16 autocast on ``device`` when ``enabled``, else a no-op context: the one switch the
+    sampler's and the trainer's model calls share."""
+    if not enabled:
+        return contextlib.nullcontext()
+    torch: Any = require("torch", "training", "bf16 autocast")
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
 
 
 def cache_kwarg(model: Any) -> str:

@@ -49,7 +49,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from skyrl_agent.context import training_samples
 from skyrl_agent.engine import (
     EnvFactory,
     EpisodeJob,
@@ -466,8 +465,7 @@ class RayRolloutEngine:
         trajs.sort(key=lambda t: (t.group_id, t.sample_index))
         _check_once_each(jobs, trajs, first_group)
         stats = RolloutStats.of(trajs, time.monotonic() - start, retries)
-        steps = [s for t in trajs for s in training_samples(t, step_wise=True)] if config.step_wise else []
-        return RolloutResult(trajs, stats, steps)
+        return RolloutResult(trajs, stats, step_wise=config.step_wise)
 
     async def _run_shard(
         self,

@@ -48,6 +48,7 @@ __all__ = [
     "Trajectory",
     "Turn",
     "Segment",
+    "SessionPlace",
     "RolloutConfig",
     "ObservationStyle",
     "check_context_strategy",
@@ -282,6 +283,31 @@ class Segment:
     """``[start, end)`` of each turn inside ``response_ids``."""
 
 
+@dataclass(frozen=True)
+class SessionPlace:
+    """Where a trajectory captured from an external agent sits in its session (the server's
+    calls of one session form a tree; each root-to-leaf path is a trajectory; see
+    :mod:`skyrl_agent.server.sessions`)."""
+
+    session_id: str = ""
+    """The session's id ("" when the capture was not named)."""
+    branch: int = 0
+    """This path's index among the session's paths."""
+    branches: int = 1
+    """How many paths the session has."""
+    forked_from: int | None = None
+    """The path it shares the longest token prefix with; None for a lone path."""
+    fork_at: int | None = None
+    """How many tokens that shared prefix holds; None for a lone path."""
+    final: bool = True
+    """It holds the session's last call."""
+    retries: int = 0
+    """Calls of the session dropped as client retries."""
+
+    #: The keys these facts had in ``env_metrics`` before they had a record (files of 2026-12).
+    LEGACY_KEYS = ("session_id", "branch", "branches", "forked_from", "fork_at", "final", "retries")
+
+
 @dataclass
 class Trajectory:
     """One episode, ready for training (see the module docstring for the invariants)."""
@@ -353,6 +379,9 @@ class Trajectory:
     """One record per turn the env answered (see :class:`Turn`; ``turn_rewards`` are their
     rewards). Empty for episodes recorded before turns were, or played outside the runtime
     (server sessions). Training samples cut from an episode carry none."""
+    session: SessionPlace | None = None
+    """Where a trajectory captured by the server sits in its session; None for episodes the
+    runtime played."""
 
     # ------------------------------------------------------------------ derived
     @property
@@ -442,6 +471,14 @@ class Trajectory:
         kw["failure"] = Failure.from_dict(failure) if isinstance(failure, Mapping) else failure
         kw["turn_spans"] = [tuple(s) for s in kw.get("turn_spans", [])]
         kw["turns"] = [t if isinstance(t, Turn) else Turn(**t) for t in kw.get("turns") or []]
+        session = kw.get("session")
+        metrics = kw.get("env_metrics") or {}
+        if session is None and {"branch", "branches", "final", "retries"} <= set(metrics):
+            # a capture written before SessionPlace (an env's own "branch" metric stays a metric)
+            place = {k: metrics[k] for k in SessionPlace.LEGACY_KEYS if k in metrics}
+            kw["env_metrics"] = {k: v for k, v in metrics.items() if k not in place}
+            session = place
+        kw["session"] = SessionPlace(**session) if isinstance(session, Mapping) else session
         kw["segments"] = [
             seg
             if isinstance(seg, Segment)

@@ -34,14 +34,24 @@ from typing import Any
 from skyrl_agent.failures import count_failures, failure_key
 from skyrl_agent.types import Trajectory
 
-__all__ = ["Episode", "load_episodes", "render_html", "write_view", "make_server", "serve", "add_command"]
+__all__ = [
+    "Episode",
+    "LoadedEpisode",
+    "load_episodes",
+    "render_html",
+    "write_view",
+    "make_server",
+    "serve",
+    "add_command",
+]
 
 _FIELDS = {f.name for f in fields(Trajectory)}
 
 
 @dataclass
-class Episode:
-    """A trajectory and where it came from."""
+class LoadedEpisode:
+    """A trajectory and where it came from (the trajectory read as turns is
+    :class:`skyrl_agent.episodes.Episode`)."""
 
     trajectory: Trajectory
     """The episode."""
@@ -51,16 +61,20 @@ class Episode:
     """Training step, for lines of a trainer's ``trajectories.jsonl``."""
 
 
-def _episode(d: dict[str, Any], source: str) -> Episode:
+#: The name :class:`LoadedEpisode` had before :class:`skyrl_agent.episodes.Episode` existed.
+Episode = LoadedEpisode
+
+
+def _episode(d: dict[str, Any], source: str) -> LoadedEpisode:
     step = d.get("step")
-    return Episode(Trajectory.from_dict({k: v for k, v in d.items() if k in _FIELDS}), source, step)
+    return LoadedEpisode(Trajectory.from_dict({k: v for k, v in d.items() if k in _FIELDS}), source, step)
 
 
-def _read_file(path: Path) -> list[Episode]:
+def _read_file(path: Path) -> list[LoadedEpisode]:
     if path.suffix == ".parquet":
         from skyrl_agent.io import load_parquet
 
-        return [Episode(t, f"{path}[{i}]") for i, t in enumerate(load_parquet(path))]
+        return [LoadedEpisode(t, f"{path}[{i}]") for i, t in enumerate(load_parquet(path))]
     out = []
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -69,7 +83,7 @@ def _read_file(path: Path) -> list[Episode]:
     return out
 
 
-def load_episodes(source: str | os.PathLike[str], limit: int | None = None) -> list[Episode]:
+def load_episodes(source: str | os.PathLike[str], limit: int | None = None) -> list[LoadedEpisode]:
     """Read trajectories from a ``.jsonl``/``.parquet`` file or every such file of a directory
     (files that hold something else, such as ``metrics.jsonl``, are skipped)."""
     from skyrl_gym.errors import ConfigError
@@ -130,8 +144,11 @@ def _token_texts(ids: Sequence[int], tokenizer: Any) -> list[str]:
 def _fork_mark(t: Trajectory) -> tuple[int | None, str]:
     """Where a captured session's branch leaves the branch it shares the most with (a position
     in ``prompt_ids + response_ids``) and the marker shown there."""
-    at, other = t.env_metrics.get("fork_at"), t.env_metrics.get("forked_from")
-    if not isinstance(at, int) or other is None:
+    place = t.session
+    if place is None or place.fork_at is None or place.forked_from is None:
+        return None, ""
+    at, other = place.fork_at, place.forked_from
+    if not isinstance(at, int):
         return None, ""
     title = f"tokens before this are shared with branch {other}; from here on this branch differs"
     return at, f'<span class="fork" title="{_esc(title)}">fork: branch {_esc(other)}</span>'
@@ -181,7 +198,7 @@ def _messages_html(t: Trajectory) -> str:
     return "".join(parts) or "<p><i>no messages recorded (keep_messages=False)</i></p>"
 
 
-def _episode_html(n: int, ep: Episode, tokenizer: Any) -> str:
+def _episode_html(n: int, ep: LoadedEpisode, tokenizer: Any) -> str:
     t = ep.trajectory
     good = not t.masked and t.reward > 0
     badges = [
@@ -194,12 +211,10 @@ def _episode_html(n: int, ep: Episode, tokenizer: Any) -> str:
         badges.append('<span class="badge bad">masked</span>')
     if ep.step is not None:
         badges.append(f'<span class="badge">step {ep.step}</span>')
-    m = t.env_metrics
-    if "branch" in m:  # a path of a captured session (skyrl_agent.server.sessions)
-        final = " (final)" if m.get("final") else ""
-        badges.append(
-            f'<span class="badge">branch {_esc(m["branch"])}/{_esc(m.get("branches"))}{final}</span>'
-        )
+    place = t.session
+    if place is not None:  # a path of a captured session (skyrl_agent.server.sessions)
+        final = " (final)" if place.final else ""
+        badges.append(f'<span class="badge">branch {_esc(place.branch)}/{_esc(place.branches)}{final}</span>')
     head = (
         f"#{n} prompt {_esc(t.prompt_id)} (group {t.group_id}, sample {t.sample_index})"
         f"{' ' + _esc(t.env_id) if t.env_id else ''}"
@@ -216,18 +231,15 @@ def _episode_html(n: int, ep: Episode, tokenizer: Any) -> str:
         ("env metrics", json.dumps(t.env_metrics, ensure_ascii=False)),
         ("source", ep.source),
     ]
-    if "branch" in m:
+    if place is not None:
         shared = (
-            f"shares its first {m['fork_at']} tokens with branch {m['forked_from']}"
-            if m.get("forked_from") is not None
+            f"shares its first {place.fork_at} tokens with branch {place.forked_from}"
+            if place.forked_from is not None
             else "the session's only branch"
         )
         rows.insert(
             0,
-            (
-                "session",
-                f"{m.get('session_id', '-')}: {shared}; client retries dropped: {m.get('retries', 0)}",
-            ),
+            ("session", f"{place.session_id or '-'}: {shared}; client retries dropped: {place.retries}"),
         )
     if t.error:
         rows.insert(0, ("error", t.error))
@@ -287,7 +299,9 @@ def _histogram_svg(rewards: Sequence[float], bins: int = 10) -> str:
     )
 
 
-def render_html(episodes: Sequence[Episode], tokenizer: Any = None, title: str = "skyrl episodes") -> str:
+def render_html(
+    episodes: Sequence[LoadedEpisode], tokenizer: Any = None, title: str = "skyrl episodes"
+) -> str:
     """The page for ``episodes``; tokens are decoded with ``tokenizer`` (ids shown without one)."""
     trajs = [e.trajectory for e in episodes]
     good = [t for t in trajs if not t.masked]
@@ -301,7 +315,7 @@ def render_html(episodes: Sequence[Episode], tokenizer: Any = None, title: str =
         ("failures (stage/kind)", ", ".join(f"{k}={v}" for k, v in sorted(failures.items())) or "none"),
         ("mean turns", f"{sum(t.num_turns for t in trajs) / len(trajs):.2f}" if trajs else "-"),
     ]
-    sessions = Counter(str(t.env_metrics["session_id"]) for t in trajs if "branch" in t.env_metrics)
+    sessions = Counter(t.session.session_id or "-" for t in trajs if t.session is not None)
     if sessions:
         summary.append(
             ("captured sessions (branches)", ", ".join(f"{k} ({v})" for k, v in sorted(sessions.items())))

@@ -15,7 +15,6 @@ chunked and checkpointed so their float32 intermediates never span the whole bat
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from skyrl_agent.models import cache_kwarg, output_cache
+from skyrl_agent.models import bf16_autocast, cache_kwarg, output_cache
 from skyrl_gym.errors import ConfigError
 from trainers._masked import check_shape
 from trainers._packed import SEGMENTS, Segments, use_packed_attention
@@ -35,7 +34,6 @@ __all__ = [
     "token_logprobs",
     "token_logprobs_from_logits",
     "entropy_from_logits",
-    "autocast_context",
     "shared_prefix_len",
 ]
 
@@ -44,13 +42,6 @@ _CHUNK = 512  # rows of the LM head computed at once (512 x 49k float32 logits: 
 #: most this many bytes, instead of recomputing them there: a main-job step's 2,740 trained
 #: tokens x 49,152 in bf16 are 270 MB, and the recompute was a third of the head's backward.
 KEEP_LOGITS_BYTES = 512 << 20
-
-
-def autocast_context(bf16: bool, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:
-    """bf16 autocast on ``device`` when ``bf16`` is set, else a no-op context."""
-    if not bf16:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
 
 
 def shared_prefix_len(input_ids_BT: torch.Tensor, mask_BT: torch.Tensor) -> int:
@@ -145,7 +136,7 @@ def _head_rows(
     """Logprobs (and entropies, with gradient) through any head module, chunk by checkpointed chunk."""
 
     def rows(h_CH: torch.Tensor, ids_C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        with autocast_context(bf16, h_CH.device):
+        with bf16_autocast(bf16, h_CH.device):
             x_CV = head(h_CH)
         x_CV = x_CV.float()  # C x V
         lse_C = torch.logsumexp(x_CV, dim=-1)  # C
@@ -360,7 +351,7 @@ def forward_logprobs(
             lp_BT = torch.where(on_BT, lp_BT, torch.zeros_like(lp_BT))
             ent_BT = None if ent_BT is None else torch.where(on_BT, ent_BT, torch.zeros_like(ent_BT))
         return ForwardOutput(lp_BT, ent_BT, None)
-    with autocast_context(bf16, input_ids_BT.device):
+    with bf16_autocast(bf16, input_ids_BT.device):
         h_BSH, start = _decoder_hidden(model, input_ids_BT, attention_mask_BT, P)
     S = T - start
     ids_BS = input_ids_BT[:, start:]
@@ -411,7 +402,7 @@ def _full_logits(
     P: int,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The reference path: ``B x T x V`` logits from ``model(...)``, log-softmaxed in chunks."""
-    with autocast_context(bf16, input_ids_BT.device):
+    with bf16_autocast(bf16, input_ids_BT.device):
         if P:
             logits_BTV = _prefix_shared_forward(model, input_ids_BT, attention_mask_BT, P, "logits")
         else:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from skyrl_agent.engine import RolloutEngine
+from skyrl_agent.episodes import group_episodes
 from skyrl_agent.evaluation import episode_success
 from skyrl_agent.failures import count_failures, failure_key, fix_hint
 from skyrl_agent.tasks import with_env_config
@@ -188,15 +189,13 @@ def by_turn(advantage: str) -> bool:
 
 
 def _equal_reward_groups(trajs: Sequence[Trajectory], turns: bool = False) -> set[int]:
-    groups: dict[int, list[Trajectory]] = defaultdict(list)
-    for t in trajs:
-        groups[t.group_id].append(t)
     flat = set()
-    for g, members in groups.items():
-        r = [t.reward for t in members]
+    for group in group_episodes(trajs):
+        r = [e.outcome.reward for e in group.episodes]
         if len(r) < 2 or max(r) - min(r) < 1e-9:
-            if not turns or len({tuple(round(x, 9) for x in t.turn_rewards) for t in members}) == 1:
-                flat.add(g)
+            per_turn = {tuple(round(t.reward or 0.0, 9) for t in e.answered_turns) for e in group.episodes}
+            if not turns or len(per_turn) == 1:
+                flat.add(group.group_id)
     return flat
 
 

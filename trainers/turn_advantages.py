@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from skyrl_agent.episodes import Episode
 from skyrl_gym.errors import ConfigError
 from trainers.advantages import grpo_advantages
 
@@ -220,13 +221,17 @@ def episode_turns(traj: Trajectory, anchor: AnchorKind = "observation") -> Episo
             "turn-level advantages need append-only episodes, but this one's history was rewritten "
             "(context_strategy); use an outcome estimator (grpo, dr_grpo, rloo) with it"
         )
-    spans = [(int(s), int(e)) for s, e in traj.turn_spans]
-    rewards = [float(r) for r in traj.turn_rewards]
-    if len(spans) != len(rewards):
+    if anchor not in ("observation", "history"):
+        raise ConfigError(f"anchor must be 'observation' or 'history', got {anchor!r}")
+    episode = Episode.of(traj)
+    generated = [t for t in episode.turns if t.span is not None]
+    if len(generated) != len(episode.turns) or any(t.reward is None for t in generated):
         raise ConfigError(
-            f"episode {traj.prompt_id!r} sample {traj.sample_index} has {len(rewards)} turn rewards but "
-            f"{len(spans)} turn spans: turn-level advantages need one reward per generated turn"
+            f"episode {traj.prompt_id!r} sample {traj.sample_index} has {len(traj.turn_rewards)} turn rewards but "
+            f"{len(generated)} turn spans: turn-level advantages need one reward per generated turn"
         )
+    spans = [t.span for t in generated]
+    rewards = [float(t.reward) for t in generated]
     if rewards and traj.stop_reason in ("env_done", "env_limit"):  # the env's last reward is its outcome
         outcome = rewards[-1]
         process = rewards[:-1] + [0.0]
@@ -241,15 +246,10 @@ def episode_turns(traj: Trajectory, anchor: AnchorKind = "observation") -> Episo
                 f"episode {traj.prompt_id!r} sample {traj.sample_index}: turn {t} has a reward of {r} but no "
                 "generated token to carry it; give per-turn rewards only to turns the policy generated"
             )
-    resp, prompt = traj.response_ids, traj.prompt_ids
-    anchors: list[Hashable] = []
-    for t, (start, _) in enumerate(spans):
-        if anchor == "history":
-            anchors.append(tuple(prompt) + tuple(resp[:start]))
-        elif anchor == "observation":
-            anchors.append(tuple(prompt) if t == 0 else tuple(resp[spans[t - 1][1] : start]))
-        else:
-            raise ConfigError(f"anchor must be 'observation' or 'history', got {anchor!r}")
+    if anchor == "observation":  # the tokens the policy read since its previous turn
+        anchors: list[Hashable] = [tuple(t.observation_ids) for t in generated]
+    else:  # everything before the turn
+        anchors = [tuple(traj.prompt_ids) + tuple(traj.response_ids[: t.span[0]]) for t in generated]
     return EpisodeTurns(rewards, process, outcome, anchors, spans)
 
 

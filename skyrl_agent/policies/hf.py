@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from skyrl_agent.models import BUNDLED_MODEL, cache_kwarg, load_model_and_tokenizer
+from skyrl_agent.models import BUNDLED_MODEL, bf16_autocast, cache_kwarg, load_model_and_tokenizer
 from skyrl_agent.policies._attention import use_fast_decode_attention
 from skyrl_agent.policies._engine import EngineConfig, EngineStats, InferenceEngine
 from skyrl_agent.policies._lean import LeanCopy, lean_copy_applies
@@ -52,13 +52,6 @@ def check_request(req: GenerateRequest, vocab_size: int) -> None:
         raise ConfigError(f"seed must be an integer in [{SEED_MIN}, {SEED_MAX}], got {seed}")
     if req.sampling.max_tokens < 1:
         raise ConfigError(f"max_tokens must be >= 1, got {req.sampling.max_tokens}")
-
-
-def bf16_autocast(enabled: bool, device: torch.device) -> contextlib.AbstractContextManager:
-    """bf16 autocast on ``device`` when ``enabled`` (the sampler's model calls), else a no-op."""
-    if not enabled:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 def eos_and_pad(model: Any, tokenizer: Any) -> tuple[frozenset[int], int]:

@@ -15,10 +15,11 @@ Only leaves are returned: a trajectory that a later call continued is part of th
 So a session is a tree of branches, and each root-to-leaf path is one trainable trajectory.
 A client *retry* (a call with exactly the prompt of an earlier call that nothing continued:
 the client never used that answer) replaces the earlier one instead of adding a branch. Each
-trajectory's ``env_metrics`` say where it sits: ``branch`` (its index), ``branches``,
-``forked_from`` and ``fork_at`` (the other branch it shares the longest prefix with, and the
-length of that shared prefix in tokens; None for a lone branch), ``final`` (it holds the session's last
-call) and ``retries`` (calls dropped as retries). :func:`select_paths` picks which paths train:
+trajectory's ``session`` (a :class:`~skyrl_agent.types.SessionPlace`) says where it sits:
+``branch`` (its index), ``branches``, ``forked_from`` and ``fork_at`` (the other branch it
+shares the longest prefix with, and the length of that shared prefix in tokens; None for a lone
+branch), ``final`` (it holds the session's last call) and ``retries`` (calls dropped as
+retries). :func:`select_paths` picks which paths train:
 ``"all"``, ``"final"`` or a function of the list.
 """
 
@@ -35,7 +36,7 @@ from typing import Any, Literal
 
 from skyrl_agent._prefix import common_prefix
 from skyrl_agent.server.types import CallRecord, ChoiceRecord
-from skyrl_agent.types import StopReason, Trajectory
+from skyrl_agent.types import SessionPlace, StopReason, Trajectory
 from skyrl_gym.errors import ConfigError
 
 __all__ = [
@@ -240,7 +241,7 @@ def _fork_points(ids: list[list[int]]) -> list[tuple[int | None, int | None]]:
 
 def select_paths(trajectories: list[Trajectory], rule: PathRule = "all") -> list[Trajectory]:
     """The paths of a session that train: ``"all"``, ``"final"`` (the one holding the session's
-    last call, by ``env_metrics["final"]``) or ``rule(trajectories)``."""
+    last call, by ``Trajectory.session.final``) or ``rule(trajectories)``."""
     if callable(rule):
         chosen = list(rule(list(trajectories)))
         ids = {id(t) for t in trajectories}
@@ -250,7 +251,7 @@ def select_paths(trajectories: list[Trajectory], rule: PathRule = "all") -> list
     if rule == "all":
         return list(trajectories)
     if rule == "final":
-        return [t for t in trajectories if t.env_metrics.get("final", True)][-1:]
+        return [t for t in trajectories if t.session is None or t.session.final][-1:]
     raise ConfigError(f"unknown path rule {rule!r}; use 'all', 'final' or a function of the trajectories")
 
 
@@ -310,14 +311,15 @@ def calls_to_trajectories(
     for k, node in enumerate(leaves):
         turns = len(node.spans)
         forked_from, fork_at = forks[k]
-        where = {
-            "branch": k,
-            "branches": len(leaves),
-            "forked_from": forked_from,
-            "fork_at": fork_at,
-            "final": node.call_index == last_call,
-            "retries": retries,
-        }
+        where = SessionPlace(
+            session_id=session_id,
+            branch=k,
+            branches=len(leaves),
+            forked_from=forked_from,
+            fork_at=fork_at,
+            final=node.call_index == last_call,
+            retries=retries,
+        )
         traj = Trajectory(
             prompt_ids=node.prompt_ids,
             response_ids=node.response_ids,
@@ -329,7 +331,7 @@ def calls_to_trajectories(
             num_turns=turns,
             turn_spans=node.spans,
             truncated_turns=node.truncated,
-            env_metrics={**({"session_id": session_id} if session_id else {}), **where},
+            session=where,
             prompt_id=session_id,
             sample_index=node.sample_index,
             messages=node.messages,

@@ -10,6 +10,7 @@ import openai
 import pytest
 import torch
 
+from skyrl_agent.io import load_jsonl, load_parquet, save_jsonl, save_parquet
 from skyrl_agent.server import CallRecord, ChoiceRecord, ServerConfig, ServerThread, calls_to_trajectories
 from skyrl_agent.server.sessions import select_paths, with_reward
 from skyrl_agent.types import Trajectory
@@ -32,13 +33,11 @@ def test_a_retry_replaces_the_answer_nobody_used_and_a_rewrite_starts_a_branch()
     ]
     trajs = calls_to_trajectories(calls, reward=1.0, session_id="s")
     assert [t.input_ids for t in trajs] == [[1, 2, 3, 4, 9, 5, 8, 7], [1, 2, 77, 78]]
-    first, second = (t.env_metrics for t in trajs)
-    assert first["retries"] == second["retries"] == 1 and first["branches"] == 2
-    assert (second["forked_from"], second["fork_at"]) == (0, 2) and (
-        first["forked_from"],
-        first["fork_at"],
-    ) == (1, 2)
-    assert second["final"] and not first["final"] and second["session_id"] == "s"
+    first, second = (t.session for t in trajs)
+    assert first.retries == second.retries == 1 and first.branches == 2
+    assert (second.forked_from, second.fork_at) == (0, 2) and (first.forked_from, first.fork_at) == (1, 2)
+    assert second.final and not first.final and second.session_id == "s"
+    assert all(t.env_metrics == {} for t in trajs)  # the place is a record, not a metric
     assert trajs[0].loss_mask == [1, 1, 0, 1, 0, 1] and trajs[0].num_turns == 3
     assert select_paths(trajs, "final") == [trajs[1]] and select_paths(trajs, "all") == trajs
     longest = select_paths(trajs, lambda ts: [max(ts, key=lambda t: len(t.input_ids))])
@@ -55,7 +54,31 @@ def test_a_repeated_prompt_whose_first_answer_was_used_is_a_branch_not_a_retry()
     ]
     trajs = calls_to_trajectories(calls)
     assert sorted(t.input_ids for t in trajs) == [[1, 2, 3, 5, 6], [1, 2, 4]]
-    assert {t.env_metrics["retries"] for t in trajs} == {0}  # not a retry after all: a branch
+    assert {t.session.retries for t in trajs} == {0}  # not a retry after all: a branch
+
+
+def test_a_capture_written_with_its_place_in_env_metrics_loads_with_it_as_a_record(tmp_path):
+    """Files written before ``SessionPlace`` (2026-12) kept the place in ``env_metrics``."""
+    (new,) = calls_to_trajectories([_call([1, 2], [3])], reward=1.0, session_id="s")
+    old = new.to_dict()
+    old.pop("session")
+    old["env_metrics"] = {
+        "session_id": "s",
+        "branch": 0,
+        "branches": 1,
+        "forked_from": None,
+        "fork_at": None,
+        "final": True,
+        "retries": 0,
+        "tests": 3,
+    }
+    back = Trajectory.from_dict(old)
+    assert back.session == new.session and back.env_metrics == {"tests": 3}
+    assert load_jsonl(save_jsonl([back], tmp_path / "t.jsonl")) == [back]
+    assert load_parquet(save_parquet([back], tmp_path / "t.parquet")) == [back]
+    # an env whose own metrics name a branch (a git task's) keeps them as metrics
+    git = Trajectory.from_dict({**old, "env_metrics": {"branch": "main", "tests": 3}})
+    assert git.session is None and git.env_metrics == {"branch": "main", "tests": 3}
 
 
 def test_path_rules_are_checked():
@@ -94,18 +117,18 @@ def test_each_trial_has_its_own_base_url_and_its_paths_train(hf_server, tokenize
     assert server.session_url("trial-1") == f"{server.origin}/s/trial-1/v1"
     assert len(server.store.get("trial-1")) == 4 and len(server.store.get("trial-2")) == 3
     one = server.store.trajectories("trial-1")
-    assert len(one) == 2 and all(t.env_metrics["retries"] == 1 for t in one)
-    assert [t.num_turns for t in one] == [2, 1] and one[1].env_metrics["final"]
-    assert one[1].env_metrics["forked_from"] == 0 and one[1].env_metrics["fork_at"] > 0
+    assert len(one) == 2 and all(t.session.retries == 1 for t in one)
+    assert [t.num_turns for t in one] == [2, 1] and one[1].session.final
+    assert one[1].session.forked_from == 0 and one[1].session.fork_at > 0
     (final,) = server.store.trajectories("trial-1", paths="final")
     assert final.input_ids == one[1].input_ids
     (two,) = server.store.trajectories("trial-2")  # the retry left one path
-    assert two.num_turns == 2 and two.env_metrics["branches"] == 1
+    assert two.num_turns == 2 and two.session.branches == 1
     # over HTTP too, as a harness's driver fetches them after the trial
     body = httpx.get(f"{server.url}/sessions/trial-1", timeout=30).json()
     fetched = [Trajectory.from_dict(d) for d in body["trajectories"]]
     assert [t.input_ids for t in fetched] == [t.input_ids for t in one]
-    assert [t.env_metrics["branch"] for t in fetched] == [0, 1]
+    assert [t.session.branch for t in fetched] == [0, 1] and fetched[0].session.session_id == "trial-1"
     # the base URL's session name is checked like any field
     bad = httpx.post(f"{server.origin}/s/no%20spaces/v1/chat/completions", json={}, timeout=30)
     assert bad.status_code == 400 and "session_id" in bad.text

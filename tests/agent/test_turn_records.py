@@ -13,7 +13,7 @@ from skyrl_agent.io import load_jsonl, save_jsonl
 from skyrl_agent.loop import EpisodeInfo, run_episode
 from skyrl_agent.policies.fake import ScriptedPolicy
 from skyrl_agent.types import RolloutConfig, StopReason, Trajectory, Turn
-from skyrl_agent.viewer import Episode, render_html
+from skyrl_agent.viewer import LoadedEpisode, render_html
 from skyrl_gym import BaseTextEnv, BaseTextEnvStepOutput
 
 PROMPT = [{"role": "user", "content": "Call tools until told to stop."}]
@@ -87,7 +87,7 @@ def test_budget_stops_and_files(tokenizer, tmp_path):
 
 def test_the_viewer_shows_the_turns(tokenizer):
     traj = _play(tokenizer, ToolBudgetEnv(), ["look a", "look b", "look c"], max_turns=5)
-    page = render_html([Episode(traj, "test")])
+    page = render_html([LoadedEpisode(traj, "test")])
     assert (
         "<h4>Turns</h4>" in page
         and "done (its limit)" in page

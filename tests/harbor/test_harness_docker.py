@@ -141,14 +141,14 @@ def test_terminus_2_on_skyrl_serve_is_captured_per_trial_and_trains(harbor_bin, 
         for t in trial.trajectories:
             assert t.reward == reward and t.group_id == 7 and not t.masked
             assert len(t.response_ids) == len(t.loss_mask) == len(t.rollout_logprobs)
-            assert sum(t.loss_mask) > 0 and t.env_metrics["session_id"] == trial.name
+            assert sum(t.loss_mask) > 0 and t.session.session_id == trial.name
     # the calls are the session's: the first path begins with terminus-2's first prompt
     first_call = server.store.get("t-real")[0]
     root = fail.trajectories[0]
     assert (root.prompt_ids + root.response_ids)[: len(first_call.prompt_ids)] == first_call.prompt_ids
     assert "Create the file" in json.dumps(first_call.messages)
     # terminus-2 summarises when the context fills: that rewrite is a branch of the session
-    assert max(t.env_metrics["branches"] for t in fail.trajectories) == len(fail.trajectories)
+    assert max(t.session.branches for t in fail.trajectories) == len(fail.trajectories)
     # one GRPO step on the two trials' paths (one group: rewards 0 and 1)
     torch.manual_seed(0)
     model, _ = tiny_random_model(tok)
