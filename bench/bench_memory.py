@@ -2,7 +2,7 @@
 
 ``--trainer``: each variant runs in a fresh process (so one variant's freed memory does not hide
 the next one's), builds the bundled model and AdamW, and runs ``--steps`` train steps (fused
-AdamW, bf16 autocast, ``TrainConfig``'s defaults otherwise) on one batch shaped like a multi-turn
+AdamW, bf16 autocast unless ``--no-bf16``, ``TrainConfig``'s defaults otherwise) on one batch shaped like a multi-turn
 tool task: ``--groups`` prompts of ``--prefix`` tokens, ``--group-size`` episodes each of about
 ``--tokens`` tokens, each with ``--observations`` untrained observations of ``--obs-tokens``
 tokens (random token ids, random advantages). It prints, per step: resident memory before the
@@ -117,7 +117,7 @@ def worker(args: argparse.Namespace) -> None:
         enable_elementwise_recompute(model)
     # the variant's token bound alone (no activation budget on top of it)
     cfg = TrainConfig(
-        bf16=True,
+        bf16=args.bf16,
         micro_batch_tokens=mbt,
         activation_checkpointing=mode == "ckpt",
         recompute_elementwise=mode == "lean",
@@ -142,7 +142,7 @@ def worker(args: argparse.Namespace) -> None:
                 "micro_batches": len(slices),
                 "largest_micro_batch_tokens": max(computed),
                 "loaded": rss_bytes(),
-                "estimate": activation_bytes_per_token(model, bf16=True),
+                "estimate": activation_bytes_per_token(model, bf16=args.bf16),
             }
         ),
         flush=True,
@@ -282,7 +282,7 @@ def run_trainer(args: argparse.Namespace) -> None:
     print(
         f"batch: {args.groups} prompts x {args.group_size} episodes, about {args.tokens} tokens each over a "
         f"{args.prefix}-token prompt, {args.observations} observations of {args.obs_tokens} tokens; "
-        f"{args.steps} steps, {args.threads} threads, bf16 autocast"
+        f"{args.steps} steps, {args.threads} threads, {'bf16 autocast' if args.bf16 else 'float32 (--no-bf16)'}"
     )
     results: dict[str, dict] = {}
     for v in variants:
@@ -344,7 +344,7 @@ def _shape_flags(args: argparse.Namespace) -> list[str]:
             "threads",
             "seed",
         )
-    ]
+    ] + ([] if args.bf16 else ["--no-bf16"])
 
 
 def main() -> None:
@@ -367,6 +367,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--bf16",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--trainer: bf16 autocast (--no-bf16: float32, as the trainer runs where the CPU has no native bf16)",
+    )
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -18,7 +18,9 @@ from typing import Any
 import torch
 
 __all__ = [
+    "FLOAT32_PER_BF16",
     "PhasePeak",
+    "RESIDENT_PER_COUNTED",
     "activation_bytes_per_token",
     "machine_bytes",
     "peak_bytes",
@@ -183,6 +185,16 @@ def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None 
 #: kept inputs). Under jemalloc the same step is resident at about 1.1 and 0.25 MB a token.
 RESIDENT_PER_COUNTED = {False: 1.5, True: 4.2}
 
+#: What a computed token costs in float32 (no bf16 autocast: a CPU without native bf16) against
+#: the bf16 estimate. Measured on an AVX2 machine, glibc, the bundled model, one micro-batch of
+#: 3,039 computed tokens (``python bench/bench_memory.py --trainer --no-bf16 --variants
+#: lean-mbt8192 ckpt-mbt8192 --groups 1 --group-size 4``,
+#: ``results/bench_memory/bench-memory-trainer-fp32-avx2-2026-12-07.txt``): 1.71 MB a token with
+#: the elementwise parts recomputed and 1.28 MB checkpointed, 1.41x and 1.56x the bf16 estimates
+#: (1.21 and 0.82 MB); not the 2x that float32's bytes alone suggest (the heap's slack does not
+#: double). The larger, rounded up.
+FLOAT32_PER_BF16 = 1.6
+
 
 def activation_bytes_per_token(model: torch.nn.Module, bf16: bool = True) -> int:
     """An estimate of the resident bytes one computed token adds to a train step's peak: the
@@ -194,8 +206,8 @@ def activation_bytes_per_token(model: torch.nn.Module, bf16: bool = True) -> int
     ops are recomputed (:func:`trainers.checkpointing.enable_elementwise_recompute`); with
     checkpointed layers (:mod:`trainers.checkpointing`) each layer's ``float32`` input and KV
     instead, plus about three layers' worth for the recompute and its backward; then scaled by
-    :data:`RESIDENT_PER_COUNTED`. Without bf16 the tensors are float32: twice the bytes (not
-    measured). 0 when the model's config lacks the sizes."""
+    :data:`RESIDENT_PER_COUNTED`. Without bf16 the tensors are float32: :data:`FLOAT32_PER_BF16`
+    times the bytes (measured). 0 when the model's config lacks the sizes."""
     from trainers.checkpointing import checkpointed_layers, recomputed_parts
 
     cfg = getattr(model, "config", None)
@@ -216,4 +228,4 @@ def activation_bytes_per_token(model: torch.nn.Module, bf16: bool = True) -> int
     else:
         parts = recomputed_parts(model)
         counted = layers * layer - parts["norm"] * 4 * h - parts["mlp"] * 2 * inter
-    return int(counted * RESIDENT_PER_COUNTED[ckpt] * (1 if bf16 else 2))
+    return int(counted * RESIDENT_PER_COUNTED[ckpt] * (1 if bf16 else FLOAT32_PER_BF16))

@@ -7,7 +7,7 @@ import torch
 from skyrl_gym.errors import ConfigError
 from trainers.checkpointing import enable_activation_checkpointing
 from trainers.config import TrainConfig
-from trainers.memory import RESIDENT_PER_COUNTED, activation_bytes_per_token
+from trainers.memory import FLOAT32_PER_BF16, RESIDENT_PER_COUNTED, activation_bytes_per_token
 from trainers.step import micro_batch_token_bound, micro_batches
 
 from .test_step import grads_after_step, make_batch, tiny_lm
@@ -19,7 +19,9 @@ def test_the_estimate_counts_a_llama_layer_by_hand():
     float32 input and KV (4*32 + 4*16 = 192) plus three layers' worth for the recompute."""
     model = tiny_lm()
     assert activation_bytes_per_token(model, bf16=True) == int(2 * 1792 * RESIDENT_PER_COUNTED[False])
-    assert activation_bytes_per_token(model, bf16=False) == int(2 * 1792 * RESIDENT_PER_COUNTED[False] * 2)
+    assert activation_bytes_per_token(model, bf16=False) == int(
+        2 * 1792 * RESIDENT_PER_COUNTED[False] * FLOAT32_PER_BF16
+    )
     enable_activation_checkpointing(model)
     assert activation_bytes_per_token(model, bf16=True) == int(
         (2 * 192 + 3 * 1792) * RESIDENT_PER_COUNTED[True]
