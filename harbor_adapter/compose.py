@@ -307,7 +307,7 @@ class TaskServices:
     # -- start ---------------------------------------------------------------------------------
     def _images(self, client: Any) -> dict[str, str]:
         from harbor_adapter.images import ensure_built, folder_tag
-        from skyrl_gym.sandbox._dockerlib import find_image
+        from skyrl_gym.sandbox.dockerlib import find_image
 
         start = time.monotonic()
         images = {}
@@ -376,7 +376,7 @@ class TaskServices:
         """Build the service images, make the network, start the services and wait until each
         runs (and is healthy, when it has a healthcheck). On any failure everything made so
         far is removed and the error says which service and why."""
-        from skyrl_gym.sandbox._dockerlib import docker_client
+        from skyrl_gym.sandbox.dockerlib import docker_client
         from skyrl_gym.sandbox.reaper import owner_labels
 
         client = docker_client()
@@ -403,7 +403,7 @@ class TaskServices:
 
     def containers(self, client: Any = None) -> list[Any]:
         """The project's containers (running or not)."""
-        from skyrl_gym.sandbox._dockerlib import docker_client
+        from skyrl_gym.sandbox.dockerlib import docker_client
 
         client = client or docker_client()
         return client.containers.list(
@@ -446,7 +446,7 @@ class TaskServices:
         if self._closed:
             return
         self._closed = True
-        from skyrl_gym.sandbox._dockerlib import docker_client, docker_module
+        from skyrl_gym.sandbox.dockerlib import docker_client, docker_module
 
         if self._dir is not None:
             with contextlib.suppress(Exception):

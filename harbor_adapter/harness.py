@@ -168,7 +168,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
 
 def _remove_run_containers(run_id: str) -> None:
     with contextlib.suppress(Exception):
-        from skyrl_gym.sandbox._dockerlib import docker_client
+        from skyrl_gym.sandbox.dockerlib import docker_client
 
         for c in docker_client().containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}):
             with contextlib.suppress(Exception):

@@ -26,7 +26,7 @@ from typing import Any
 
 from harbor_adapter.errors import ImageBuildError, TrialTimeoutError
 from harbor_adapter.types import HarborTask
-from skyrl_gym.sandbox._dockerlib import docker_client, docker_module, find_image
+from skyrl_gym.sandbox.dockerlib import docker_client, docker_module, find_image
 
 __all__ = [
     "context_hash",

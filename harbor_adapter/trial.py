@@ -71,8 +71,8 @@ from harbor_adapter.types import (
 )
 from skyrl_gym.errors import SandboxError, SandboxTimeoutError
 from skyrl_gym.sandbox import make_sandbox
-from skyrl_gym.sandbox._dockerlib import docker_module
 from skyrl_gym.sandbox.docker import DockerSandbox
+from skyrl_gym.sandbox.dockerlib import docker_module
 from skyrl_gym.sandbox.types import DockerProfile, ExecResult, MiB, SandboxLimits, SandboxSpec
 
 __all__ = ["Trial", "TESTS_DIR", "ARTIFACTS_DIR"]

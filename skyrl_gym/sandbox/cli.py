@@ -55,7 +55,7 @@ def _reap(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from skyrl_gym.sandbox._dockerlib import docker_client
+    from skyrl_gym.sandbox.dockerlib import docker_client
     from skyrl_gym.sandbox.reaper import L_PID, list_labelled, owner_alive
 
     rows = []

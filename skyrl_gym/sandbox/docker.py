@@ -29,8 +29,8 @@ from typing import Any
 from skyrl_gym.errors import ConfigError, SandboxError
 from skyrl_gym.sandbox import _cleanup
 from skyrl_gym.sandbox._base import TRANSFER_TIMEOUT_S, BaseSandbox, Sink
-from skyrl_gym.sandbox._dockerlib import docker_client, docker_module
 from skyrl_gym.sandbox._output import HeadTail
+from skyrl_gym.sandbox.dockerlib import docker_client, docker_module
 from skyrl_gym.sandbox.reaper import owner_labels, reap
 from skyrl_gym.sandbox.types import (
     Command,

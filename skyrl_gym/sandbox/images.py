@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from skyrl_gym.errors import ConfigError, SandboxError
-from skyrl_gym.sandbox._dockerlib import docker_client, find_image
+from skyrl_gym.sandbox.dockerlib import docker_client, find_image
 
 __all__ = ["ImageRecipe", "RECIPES", "BuiltImage", "build_images", "image_tag", "default_mirror"]
 

@@ -25,8 +25,8 @@ from typing import Any
 from skyrl_gym.errors import ConfigError, SandboxError, SandboxTimeoutError
 from skyrl_gym.sandbox import _cleanup
 from skyrl_gym.sandbox._base import run_blocking
-from skyrl_gym.sandbox._dockerlib import docker_client
 from skyrl_gym.sandbox.docker import DockerSandbox
+from skyrl_gym.sandbox.dockerlib import docker_client
 from skyrl_gym.sandbox.types import DockerSandboxConfig
 
 __all__ = ["SandboxPool"]

@@ -130,7 +130,7 @@ def _doomed(labels: dict[str, str], now: float, everything: bool) -> bool:
 def reap(client: Any | None = None, *, everything: bool = False) -> ReapReport:
     """Remove labelled containers, networks and volumes whose owner is dead or whose
     time-to-live ran out (``everything=True``: all of them). Returns what was removed."""
-    from skyrl_gym.sandbox._dockerlib import docker_client, docker_module
+    from skyrl_gym.sandbox.dockerlib import docker_client, docker_module
 
     client = client or docker_client()
     errors = docker_module().errors

@@ -90,9 +90,9 @@ def test_missing_docker_sdk_names_the_extra(monkeypatch):
     import sys
 
     from skyrl_gym.errors import MissingDependencyError
-    from skyrl_gym.sandbox import _dockerlib
+    from skyrl_gym.sandbox import dockerlib
 
     monkeypatch.setitem(sys.modules, "docker", None)
-    monkeypatch.setattr(_dockerlib, "_client", None)
+    monkeypatch.setattr(dockerlib, "_client", None)
     with pytest.raises(MissingDependencyError, match=r"skyrl-stack\[docker\]"):
-        _dockerlib.docker_client()
+        dockerlib.docker_client()

@@ -114,7 +114,7 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def _build(client: object, tag: str, context: bytes) -> None:
-    from skyrl_gym.sandbox._dockerlib import docker_module
+    from skyrl_gym.sandbox.dockerlib import docker_module
 
     errors = docker_module().errors
     try:
@@ -136,14 +136,14 @@ def _build(client: object, tag: str, context: bytes) -> None:
 
 
 def _exists(client: object, ref: str) -> bool:
-    from skyrl_gym.sandbox._dockerlib import find_image
+    from skyrl_gym.sandbox.dockerlib import find_image
 
     return find_image(client, ref) is not None
 
 
 def env_image(instance: SWEInstance, client: object) -> str:
     """The env image of ``instance`` (built if missing): base image + pytest runtime + setup."""
-    from skyrl_gym.sandbox._dockerlib import docker_module
+    from skyrl_gym.sandbox.dockerlib import docker_module
 
     try:
         base_id = client.images.get(instance.image).id  # type: ignore[attr-defined]
@@ -175,7 +175,7 @@ def env_image(instance: SWEInstance, client: object) -> str:
 
 def instance_image(instance: SWEInstance, source: RepoSource, client: object | None = None) -> str:
     """The instance image (built if missing): the env image + the repository at ``base_commit``."""
-    from skyrl_gym.sandbox._dockerlib import docker_client
+    from skyrl_gym.sandbox.dockerlib import docker_client
 
     client = client or docker_client()
     env_tag = env_image(instance, client)

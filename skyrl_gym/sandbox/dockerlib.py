@@ -1,4 +1,5 @@
-"""The Docker SDK, imported only when a Docker sandbox is used (it is the ``docker`` extra)."""
+"""The Docker SDK, imported only when a Docker sandbox is used (it is the ``docker`` extra); shared
+with the Harbor adapter, hence public."""
 
 from __future__ import annotations
 
