@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from skyrl_agent.models import cache_kwarg, output_cache
+from skyrl_agent.models import bf16_autocast, cache_kwarg, output_cache
 from skyrl_agent.policies import _sampling
-from skyrl_agent.policies.hf import bf16_autocast, check_request, eos_and_pad
+from skyrl_agent.policies.hf import check_request, eos_and_pad
 from skyrl_agent.types import FinishReason, GenerateOutput, GenerateRequest, SamplingParams
 from skyrl_gym.errors import ConfigError
 

@@ -121,14 +121,14 @@ class Episode:
             previous_end: int | None = None
             for start, end in seg.turn_spans:
                 start, end = int(start), int(end)
-                seen = seg.prompt_ids if previous_end is None else seg.response_ids[previous_end:start]
+                seen = list(seg.prompt_ids) if previous_end is None else seg.response_ids[previous_end:start]
                 i = len(turns)
                 turns.append(
                     EpisodeTurn(
                         index=i,
                         stretch=s,
                         span=(start, end),
-                        observation_ids=list(seen),
+                        observation_ids=seen,
                         sampled_ids=seg.response_ids[start:end],
                         logprobs=None if seg.rollout_logprobs is None else seg.rollout_logprobs[start:end],
                         reward=float(traj.turn_rewards[i]) if i < len(traj.turn_rewards) else None,

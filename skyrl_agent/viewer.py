@@ -148,8 +148,6 @@ def _fork_mark(t: Trajectory) -> tuple[int | None, str]:
     if place is None or place.fork_at is None or place.forked_from is None:
         return None, ""
     at, other = place.fork_at, place.forked_from
-    if not isinstance(at, int):
-        return None, ""
     title = f"tokens before this are shared with branch {other}; from here on this branch differs"
     return at, f'<span class="fork" title="{_esc(title)}">fork: branch {_esc(other)}</span>'
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from skyrl_agent.engine import RolloutEngine
-from skyrl_agent.episodes import group_episodes
+from skyrl_agent.episodes import Episode, group_episodes
 from skyrl_agent.evaluation import episode_success
 from skyrl_agent.failures import count_failures, failure_key, fix_hint
 from skyrl_agent.tasks import with_env_config
@@ -193,10 +193,14 @@ def _equal_reward_groups(trajs: Sequence[Trajectory], turns: bool = False) -> se
     for group in group_episodes(trajs):
         r = [e.outcome.reward for e in group.episodes]
         if len(r) < 2 or max(r) - min(r) < 1e-9:
-            per_turn = {tuple(round(t.reward or 0.0, 9) for t in e.answered_turns) for e in group.episodes}
-            if not turns or len(per_turn) == 1:
+            if not turns or len({_turn_rewards(e) for e in group.episodes}) == 1:
                 flat.add(group.group_id)
     return flat
+
+
+def _turn_rewards(episode: Episode) -> tuple[float, ...]:
+    """``episode``'s turn rewards, rounded so that float noise does not tell them apart."""
+    return tuple(round(t.reward or 0.0, 9) for t in episode.answered_turns)
 
 
 def select_trainable(
